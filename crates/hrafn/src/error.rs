@@ -1,0 +1,141 @@
+//! Error values. Every failure the engine can report is a variant here; nothing panics on
+//! bad input or bad bytes from disk.
+
+use std::io;
+
+/// Result alias used across the crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Where a corruption was found. Carried by [`Error::Corruption`] so a user (or the `check`
+/// tool) can tell which file and which position hold the bad bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CorruptionSite {
+    /// A header file (`header.a` / `header.b`).
+    Header { file: String },
+    /// A page of the data file.
+    Page { page_number: u64 },
+    /// A journal record.
+    Journal {
+        journal_number: u64,
+        offset_bytes: u64,
+    },
+    /// The environment as a whole (e.g. files missing or inconsistent).
+    Environment,
+}
+
+impl std::fmt::Display for CorruptionSite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CorruptionSite::Header { file } => write!(f, "header file {file}"),
+            CorruptionSite::Page { page_number } => write!(f, "page {page_number}"),
+            CorruptionSite::Journal {
+                journal_number,
+                offset_bytes,
+            } => {
+                write!(f, "journal {journal_number} at byte {offset_bytes}")
+            }
+            CorruptionSite::Environment => write!(f, "environment"),
+        }
+    }
+}
+
+/// Errors returned by Hrafn.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Bytes on disk failed validation (checksum, structure, hash chain or ordering).
+    #[error("corruption in {site}: {reason}")]
+    Corruption {
+        site: CorruptionSite,
+        reason: String,
+    },
+    /// The disk is full (ENOSPC). Nothing acknowledged is lost; writes may resume once space
+    /// is freed.
+    #[error("no space left on device while {context}")]
+    NoSpace { context: String },
+    /// Any other I/O failure, with what the engine was doing.
+    #[error("I/O error while {context}: {source}")]
+    Io { context: String, source: io::Error },
+    /// Another handle (in this or another process) holds the environment's lock.
+    #[error("environment is locked by another opener")]
+    Locked,
+    /// A key is longer than [`crate::limits::KEY_SIZE_MAX_BYTES`].
+    #[error("key of {size_bytes} bytes exceeds the limit of {limit_bytes} bytes")]
+    KeyTooLarge {
+        size_bytes: usize,
+        limit_bytes: usize,
+    },
+    /// A value is longer than [`crate::limits::VALUE_SIZE_MAX_BYTES`].
+    #[error("value of {size_bytes} bytes exceeds the limit of {limit_bytes} bytes")]
+    ValueTooLarge {
+        size_bytes: usize,
+        limit_bytes: usize,
+    },
+    /// The scratch area (page copies of recent transactions) is at its configured limit.
+    /// It drains as the flusher writes pages to the data file and old readers end.
+    #[error("scratch is full: {used_bytes} of {limit_bytes} bytes in use")]
+    ScratchFull { used_bytes: u64, limit_bytes: u64 },
+    /// A sync or journal write failed earlier; the environment refuses writes until reopened.
+    #[error("environment is poisoned by an earlier write failure: {cause}")]
+    Poisoned { cause: String },
+    /// The named tree does not exist.
+    #[error("tree {name:?} does not exist")]
+    TreeNotFound { name: String },
+    /// Every slot of the reader table is taken.
+    #[error("too many concurrent read transactions (limit {readers_max})")]
+    ReadersFull { readers_max: usize },
+    /// A configured or structural limit was exceeded.
+    #[error("limit exceeded: {what}")]
+    LimitExceeded { what: String },
+    /// The environment was written by an incompatible format version.
+    #[error("unsupported format version {found} (this build reads {supported})")]
+    UnsupportedVersion { found: u32, supported: u32 },
+    /// Invalid argument or option.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+}
+
+impl Error {
+    /// Builds an I/O error with context, mapping ENOSPC to [`Error::NoSpace`].
+    pub(crate) fn io(context: impl Into<String>, source: io::Error) -> Error {
+        if source.raw_os_error() == Some(libc::ENOSPC)
+            || source.kind() == io::ErrorKind::StorageFull
+        {
+            Error::NoSpace {
+                context: context.into(),
+            }
+        } else {
+            Error::Io {
+                context: context.into(),
+                source,
+            }
+        }
+    }
+
+    /// Builds a corruption error.
+    pub(crate) fn corruption(site: CorruptionSite, reason: impl Into<String>) -> Error {
+        Error::Corruption {
+            site,
+            reason: reason.into(),
+        }
+    }
+
+    /// True for [`Error::Corruption`].
+    pub fn is_corruption(&self) -> bool {
+        matches!(self, Error::Corruption { .. })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn enospc_maps_to_no_space() {
+        let e = Error::io("writing", io::Error::from_raw_os_error(libc::ENOSPC));
+        assert!(matches!(e, Error::NoSpace { .. }), "{e}");
+        let e = Error::io("writing", io::Error::from_raw_os_error(libc::EIO));
+        assert!(matches!(e, Error::Io { .. }), "{e}");
+    }
+}

@@ -1,0 +1,3 @@
+//! Hrafn
+pub mod error;
+pub mod storage;

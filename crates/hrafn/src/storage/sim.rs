@@ -1,0 +1,1 @@
+//! Simulated disk (placeholder; see the crash-safety suite).
