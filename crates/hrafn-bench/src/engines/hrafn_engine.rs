@@ -1,0 +1,124 @@
+//! Hrafn, the engine this benchmark exists for.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use hrafn::{Durability, Environment, Options};
+
+use super::{Engine, Reader, TABLE, Writer};
+
+pub struct Hrafn {
+    env: Environment,
+    /// Serializes `write_concurrent` callers when the merged-writer path is not compiled in.
+    #[cfg(not(feature = "hrafn-submit"))]
+    writers: std::sync::Mutex<()>,
+}
+
+impl Hrafn {
+    pub fn open(dir: &Path, durable: bool) -> Result<Self> {
+        let mut opts = Options::default();
+        opts.durability = if durable {
+            Durability::Immediate
+        } else {
+            Durability::None
+        };
+        let env = Environment::open(dir, opts).context("opening hrafn environment")?;
+        let this = Hrafn {
+            env,
+            #[cfg(not(feature = "hrafn-submit"))]
+            writers: std::sync::Mutex::new(()),
+        };
+        // Create the tree so reads never see it missing.
+        this.write(&mut |_| Ok(()))?;
+        Ok(this)
+    }
+}
+
+struct HrafnWriter<'a, 't> {
+    tree: &'a mut hrafn::TreeMut<'t>,
+}
+
+impl Writer for HrafnWriter<'_, '_> {
+    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.tree.insert(key, value)?;
+        Ok(())
+    }
+}
+
+struct HrafnReader<'a, 't> {
+    tree: &'a hrafn::Tree<'t>,
+}
+
+impl Reader for HrafnReader<'_, '_> {
+    fn get(&self, key: &[u8]) -> Result<Option<usize>> {
+        Ok(self.tree.get(key)?.map(<[u8]>::len))
+    }
+
+    fn scan(
+        &self,
+        start: &[u8],
+        limit: Option<usize>,
+        visit: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<usize> {
+        let mut n = 0;
+        for item in self.tree.range::<&[u8], _>(start..)? {
+            if limit.is_some_and(|l| n >= l) {
+                break;
+            }
+            let (k, v) = item?;
+            visit(k, v);
+            n += 1;
+        }
+        Ok(n)
+    }
+}
+
+impl Engine for Hrafn {
+    fn write(&self, f: &mut dyn FnMut(&mut dyn Writer) -> Result<()>) -> Result<()> {
+        let mut wtx = self.env.begin_write()?;
+        {
+            let mut tree = wtx.open_tree(TABLE)?;
+            f(&mut HrafnWriter { tree: &mut tree })?;
+        }
+        wtx.commit()?;
+        Ok(())
+    }
+
+    #[cfg(feature = "hrafn-submit")]
+    fn write_concurrent(&self, kvs: Vec<(Vec<u8>, Vec<u8>)>) -> Result<()> {
+        self.env
+            .submit(move |wtx: &mut hrafn::WriteTxn| -> hrafn::Result<()> {
+                let mut tree = wtx.open_tree(TABLE)?;
+                for (k, v) in &kvs {
+                    tree.insert(k, v)?;
+                }
+                Ok(())
+            })?;
+        Ok(())
+    }
+
+    #[cfg(not(feature = "hrafn-submit"))]
+    fn write_concurrent(&self, kvs: Vec<(Vec<u8>, Vec<u8>)>) -> Result<()> {
+        let _guard = self.writers.lock().unwrap_or_else(|p| p.into_inner());
+        self.write(&mut |w| {
+            for (k, v) in &kvs {
+                w.put(k, v)?;
+            }
+            Ok(())
+        })
+    }
+
+    fn concurrent_write_path(&self) -> &'static str {
+        if cfg!(feature = "hrafn-submit") {
+            "Environment::submit (merged writes, returns when durable)"
+        } else {
+            "Mutex around begin_write/commit (Environment::submit not used)"
+        }
+    }
+
+    fn read(&self, f: &mut dyn FnMut(&dyn Reader) -> Result<()>) -> Result<()> {
+        let rtx = self.env.begin_read()?;
+        let tree = rtx.open_tree(TABLE)?;
+        f(&HrafnReader { tree: &tree })
+    }
+}

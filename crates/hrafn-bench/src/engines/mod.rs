@@ -1,0 +1,145 @@
+//! The one small interface every engine is driven through, so that each workload is written
+//! once. Writes and reads are closure-scoped: the engine opens a transaction (and its table or
+//! tree), hands the closure a [`Writer`] or [`Reader`], and commits or drops the transaction
+//! when the closure returns.
+
+use std::path::Path;
+
+use anyhow::{Result, bail};
+
+#[cfg(feature = "hrafn")]
+mod hrafn_engine;
+mod lmdb;
+mod redb_engine;
+#[cfg(feature = "rocksdb")]
+mod rocks;
+
+/// Name of the table / tree / database every engine stores the benchmark data in.
+pub const TABLE: &str = "bench";
+
+/// A storage engine under test.
+pub trait Engine: Send + Sync {
+    /// Runs `f` inside one write transaction and commits it (synced if the engine was opened
+    /// durable). If `f` fails, the transaction is abandoned and the error returned.
+    fn write(&self, f: &mut dyn FnMut(&mut dyn Writer) -> Result<()>) -> Result<()>;
+
+    /// Commits `kvs` as one transaction; may be called from many threads at once. Engines with
+    /// a path for merging concurrent writers use it here; the default is [`Engine::write`].
+    fn write_concurrent(&self, kvs: Vec<(Vec<u8>, Vec<u8>)>) -> Result<()> {
+        self.write(&mut |w| {
+            for (k, v) in &kvs {
+                w.put(k, v)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// How [`Engine::write_concurrent`] gets its transactions, for the output notes.
+    fn concurrent_write_path(&self) -> &'static str;
+
+    /// Runs `f` inside one read transaction (a consistent snapshot).
+    fn read(&self, f: &mut dyn FnMut(&dyn Reader) -> Result<()>) -> Result<()>;
+}
+
+/// Writes inside one transaction.
+pub trait Writer {
+    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()>;
+}
+
+/// Reads inside one transaction.
+pub trait Reader {
+    /// Point read; returns the value's length so the caller can check it without a copy.
+    fn get(&self, key: &[u8]) -> Result<Option<usize>>;
+
+    /// Visits entries in key order from the first key `>= start`, at most `limit` of them
+    /// (`None` = to the end). Returns how many were visited.
+    fn scan(
+        &self,
+        start: &[u8],
+        limit: Option<usize>,
+        visit: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<usize>;
+}
+
+/// The engines this binary knows, in the column order of the output table.
+pub const ALL_ENGINES: &[&str] = &["hrafn", "lmdb", "redb", "rocksdb"];
+
+/// Whether `name` was compiled into this binary (hrafn and rocksdb are cargo features).
+pub fn compiled_in(name: &str) -> bool {
+    match name {
+        "lmdb" | "redb" => true,
+        "hrafn" => cfg!(feature = "hrafn"),
+        "rocksdb" => cfg!(feature = "rocksdb"),
+        _ => false,
+    }
+}
+
+/// The durability setting each engine is opened with, as stated in the docs.
+pub fn durability_setting(name: &str, durable: bool) -> &'static str {
+    match (name, durable) {
+        ("hrafn", true) => "Options::durability = Durability::Immediate",
+        ("hrafn", false) => "Options::durability = Durability::None",
+        ("lmdb", true) => "default env flags (commit calls fdatasync)",
+        ("lmdb", false) => "EnvFlags::NO_SYNC (MDB_NOSYNC)",
+        ("redb", true) => "WriteTransaction::set_durability(Durability::Immediate)",
+        ("redb", false) => "WriteTransaction::set_durability(Durability::None)",
+        ("rocksdb", true) => "WriteOptions::set_sync(true)",
+        ("rocksdb", false) => "WriteOptions::set_sync(false)",
+        _ => "",
+    }
+}
+
+/// Opens (creating if needed) engine `name` in `dir`. `durable` selects an fsync per commit.
+pub fn open(name: &str, dir: &Path, durable: bool) -> Result<Box<dyn Engine>> {
+    std::fs::create_dir_all(dir)?;
+    Ok(match name {
+        "lmdb" => Box::new(lmdb::Lmdb::open(dir, durable)?),
+        "redb" => Box::new(redb_engine::Redb::open(dir, durable)?),
+        #[cfg(feature = "hrafn")]
+        "hrafn" => Box::new(hrafn_engine::Hrafn::open(dir, durable)?),
+        #[cfg(feature = "rocksdb")]
+        "rocksdb" => Box::new(rocks::Rocks::open(dir, durable)?),
+        other if ALL_ENGINES.contains(&other) => {
+            bail!("engine {other} is not compiled in (enable the cargo feature `{other}`)")
+        }
+        other => bail!("unknown engine {other}"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every compiled-in engine round-trips the same small data set through the trait.
+    #[test]
+    fn engines_round_trip() {
+        for name in ALL_ENGINES.iter().copied().filter(|n| compiled_in(n)) {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let engine = open(name, dir.path(), false).expect("open");
+            engine
+                .write(&mut |w| {
+                    for i in (0u32..50).rev() {
+                        w.put(format!("k{i:03}").as_bytes(), &[i as u8; 10])?;
+                    }
+                    Ok(())
+                })
+                .expect("write");
+            engine
+                .write_concurrent(vec![(b"k050".to_vec(), vec![1; 3])])
+                .expect("write_concurrent");
+            engine
+                .read(&mut |r| {
+                    assert_eq!(r.get(b"k007")?, Some(10), "{name}");
+                    assert_eq!(r.get(b"k050")?, Some(3), "{name}");
+                    assert_eq!(r.get(b"nope")?, None, "{name}");
+                    let mut keys = Vec::new();
+                    let n = r.scan(b"k010", Some(3), &mut |k, _| keys.push(k.to_vec()))?;
+                    assert_eq!(n, 3, "{name}");
+                    assert_eq!(keys, [b"k010", b"k011", b"k012"], "{name}");
+                    assert_eq!(r.scan(b"", None, &mut |_, _| {})?, 51, "{name}");
+                    Ok(())
+                })
+                .expect("read");
+        }
+    }
+}

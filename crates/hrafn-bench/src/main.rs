@@ -1,0 +1,369 @@
+//! hrafn-bench: runs the same workloads against Hrafn and its peers in one run.
+//!
+//! The parent process re-executes itself once per (workload, engine) pair with the hidden
+//! `run-one` subcommand; each child works in a fresh temporary directory, prints one JSON
+//! result line on stdout, and exits. The parent collects the lines and prints the tables.
+
+mod engines;
+mod journal;
+mod plot;
+mod report;
+mod result;
+mod sys;
+mod workloads;
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use result::BenchResult;
+use workloads::{Config, DISK, Spec};
+
+/// The scale used when `--scale` is not given: 0.2 of the full counts.
+const QUICK_SCALE: f64 = 0.2;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "hrafn-bench",
+    about = "Runs the same workloads against Hrafn, LMDB, redb (and RocksDB with the `rocksdb` \
+             feature), each pair in a fresh directory and child process."
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Option<Cmd>,
+
+    /// Multiplies every count; 1 = the full figures. The default 0.2 is the quick run.
+    #[arg(long, default_value_t = QUICK_SCALE)]
+    scale: f64,
+
+    /// Comma-separated workloads or groups (default: all). Groups: fill_seq, read_seq,
+    /// read_parallel, fill_rnd_tx, bulk_seq_small, commit_latency, concurrent_writers,
+    /// range_scan, journal_raw.
+    #[arg(long, value_delimiter = ',')]
+    workloads: Vec<String>,
+
+    /// Comma-separated engines (default: all compiled in): hrafn, lmdb, redb, rocksdb.
+    #[arg(long, value_delimiter = ',')]
+    engines: Vec<String>,
+
+    /// Write the results as a JSON array to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+
+    /// Write one SVG bar chart per workload into this directory.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+
+    /// bulk_seq_small writes 100M entries (times --scale) instead of 20M.
+    #[arg(long)]
+    bulk_100m: bool,
+
+    /// Do not add the journal_raw rows when durable workloads are selected without them.
+    #[arg(long)]
+    no_disk_limit: bool,
+
+    /// Parent directory for the per-run temporary directories (default: the system's).
+    #[arg(long)]
+    tmpdir: Option<PathBuf>,
+
+    /// Kill a child run that takes longer than this many seconds.
+    #[arg(long, default_value_t = 1800)]
+    timeout_secs: u64,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Runs one (workload, engine) pair and prints one JSON line (used by the parent).
+    #[command(hide = true)]
+    RunOne {
+        #[arg(long)]
+        workload: String,
+        #[arg(long)]
+        engine: String,
+        #[arg(long)]
+        scale: f64,
+        #[arg(long)]
+        bulk_100m: bool,
+        #[arg(long)]
+        tmpdir: Option<PathBuf>,
+    },
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    match &cli.cmd {
+        Some(Cmd::RunOne {
+            workload,
+            engine,
+            scale,
+            bulk_100m,
+            tmpdir,
+        }) => {
+            let cfg = Config {
+                scale: *scale,
+                bulk_100m: *bulk_100m,
+            };
+            run_one(workload, engine, &cfg, tmpdir.as_deref())
+        }
+        None => run_all(&cli),
+    }
+}
+
+fn temp_dir_in(parent: Option<&Path>) -> Result<tempfile::TempDir> {
+    let mut b = tempfile::Builder::new();
+    b.prefix("hrafn-bench-");
+    Ok(match parent {
+        Some(p) => b.tempdir_in(p)?,
+        None => b.tempdir()?,
+    })
+}
+
+/// The child side: run one row in a fresh temporary directory and print its JSON line.
+fn run_one(workload: &str, engine: &str, cfg: &Config, tmpdir: Option<&Path>) -> Result<()> {
+    let spec = workloads::spec(workload).with_context(|| format!("unknown workload {workload}"))?;
+    let dir = temp_dir_in(tmpdir)?;
+    let mut r = workloads::run(spec, engine, cfg, dir.path())
+        .with_context(|| format!("{workload} on {engine}"))?;
+    r.peak_rss_bytes = sys::peak_rss_bytes();
+    drop(dir);
+    println!("{}", serde_json::to_string(&r)?);
+    Ok(())
+}
+
+/// One child run: a row and the engine (or [`DISK`]) it runs against.
+type Job = (&'static Spec, String);
+
+/// What the parent runs: the selected rows, and each against every selected engine.
+fn plan(cli: &Cli) -> Result<(Vec<&'static Spec>, Vec<Job>)> {
+    if !(cli.scale > 0.0 && cli.scale.is_finite()) {
+        bail!("--scale must be a positive number");
+    }
+    let names: Vec<String> = if cli.workloads.is_empty() {
+        workloads::groups().into_iter().map(String::from).collect()
+    } else {
+        cli.workloads.clone()
+    };
+    let mut specs = workloads::select(&names)?;
+    let durable_rows = specs.iter().any(|s| s.limit.is_some());
+    if durable_rows && !cli.no_disk_limit && !specs.iter().any(|s| s.raw_disk) {
+        // Durable figures are always shown next to the disk's own limit.
+        specs.extend(workloads::select(&["journal_raw".to_string()])?);
+    }
+    let engines: Vec<String> = if cli.engines.is_empty() {
+        engines::ALL_ENGINES
+            .iter()
+            .filter(|e| engines::compiled_in(e))
+            .map(|e| e.to_string())
+            .collect()
+    } else {
+        cli.engines.clone()
+    };
+    for e in &engines {
+        if !engines::ALL_ENGINES.contains(&e.as_str()) {
+            bail!(
+                "unknown engine {e}; known: {}",
+                engines::ALL_ENGINES.join(", ")
+            );
+        }
+        if !engines::compiled_in(e) {
+            bail!("engine {e} is not compiled in; build with `--features {e}`");
+        }
+    }
+    let mut jobs = Vec::new();
+    for s in &specs {
+        if s.raw_disk {
+            jobs.push((*s, DISK.to_string()));
+        } else {
+            jobs.extend(engines.iter().map(|e| (*s, e.clone())));
+        }
+    }
+    Ok((specs, jobs))
+}
+
+fn run_all(cli: &Cli) -> Result<()> {
+    let started = Instant::now();
+    let (specs, jobs) = plan(cli)?;
+    let exe = std::env::current_exe().context("locating this binary")?;
+    let scale_note = if cli.scale == 1.0 {
+        "full counts".to_string()
+    } else if cli.scale == QUICK_SCALE {
+        format!("quick default: {QUICK_SCALE} x the full counts; --scale 1 runs the full counts")
+    } else {
+        format!("{} x the full counts", cli.scale)
+    };
+    println!(
+        "hrafn-bench: scale {} ({scale_note}); {} runs, each in a fresh directory and process",
+        cli.scale,
+        jobs.len()
+    );
+    println!(
+        "machine: {} cores, kernel {}",
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0),
+        std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .unwrap_or_default()
+            .trim()
+    );
+
+    let pb = ProgressBar::new(jobs.len() as u64);
+    pb.set_style(
+        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
+            .context("progress bar template")?
+            .progress_chars("=> "),
+    );
+    let mut results = Vec::new();
+    for (spec, engine) in &jobs {
+        pb.set_message(format!("{} / {engine}", spec.name));
+        let r = run_child(&exe, cli, spec.name, engine);
+        pb.println(summary_line(&r));
+        results.push(r);
+        pb.inc(1);
+    }
+    pb.finish_and_clear();
+
+    println!();
+    print!("{}", report::text(&results, &specs));
+
+    if let Some(path) = &cli.json {
+        let json = serde_json::to_string_pretty(&results)?;
+        std::fs::write(path, json + "\n").with_context(|| format!("writing {}", path.display()))?;
+        println!("\nwrote {}", path.display());
+    }
+    if let Some(dir) = &cli.plot {
+        let res = report::Results { all: &results };
+        let files = plot::write_all(dir, &res, &specs)?;
+        println!("wrote {} charts to {}", files.len(), dir.display());
+    }
+    println!("\ntotal wall time {:.1} s", started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+fn summary_line(r: &BenchResult) -> String {
+    match &r.error {
+        Some(e) => format!("{:<26} {:<8} ERR {}", r.workload, r.engine, first_line(e)),
+        None => format!(
+            "{:<26} {:<8} {:>9} {}/s  ({:.0} ms)",
+            r.workload,
+            r.engine,
+            report::fmt_rate(r.ops_per_sec),
+            r.unit,
+            r.total_ms
+        ),
+    }
+}
+
+/// The useful part of a failed child's stderr: the error and its causes, or a panic message,
+/// without any backtrace.
+fn error_text(stderr: &str) -> String {
+    let lines: Vec<&str> = stderr
+        .lines()
+        .take_while(|l| !l.to_ascii_lowercase().starts_with("stack backtrace"))
+        .filter(|l| !l.trim().is_empty() && !l.starts_with("note: run with `RUST_BACKTRACE"))
+        .take(8)
+        .collect();
+    lines.join(" | ")
+}
+
+fn first_line(s: &str) -> &str {
+    s.lines().find(|l| !l.trim().is_empty()).unwrap_or("")
+}
+
+/// Runs one pair in a child process; any failure becomes a result with `error` set.
+fn run_child(exe: &Path, cli: &Cli, workload: &str, engine: &str) -> BenchResult {
+    match try_run_child(exe, cli, workload, engine) {
+        Ok(r) => r,
+        Err(e) => BenchResult::failed(workload, engine, cli.scale, format!("{e:#}")),
+    }
+}
+
+fn try_run_child(exe: &Path, cli: &Cli, workload: &str, engine: &str) -> Result<BenchResult> {
+    let mut cmd = Command::new(exe);
+    cmd.args(["run-one", "--workload", workload, "--engine", engine])
+        .args(["--scale", &cli.scale.to_string()]);
+    if cli.bulk_100m {
+        cmd.arg("--bulk-100m");
+    }
+    if let Some(t) = &cli.tmpdir {
+        cmd.arg("--tmpdir").arg(t);
+    }
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("starting child")?;
+    let reader = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_string(&mut s);
+            }
+            s
+        })
+    };
+    let out = reader(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let err = reader(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let deadline = Instant::now() + Duration::from_secs(cli.timeout_secs);
+    let status = loop {
+        if let Some(st) = child.try_wait()? {
+            break st;
+        }
+        if Instant::now() >= deadline {
+            child.kill()?;
+            child.wait()?;
+            bail!("timed out after {} s", cli.timeout_secs);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let stdout = out.join().unwrap_or_default();
+    let stderr = err.join().unwrap_or_default();
+    if !status.success() {
+        bail!("child exited with {status}: {}", error_text(&stderr));
+    }
+    let line = stdout
+        .lines()
+        .rev()
+        .find(|l| l.trim_start().starts_with('{'))
+        .context("child printed no result line")?;
+    serde_json::from_str(line).context("parsing the child's result line")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cli_parses_lists_and_defaults() {
+        let cli = Cli::try_parse_from([
+            "hrafn-bench",
+            "--workloads",
+            "fill_seq,commit_latency",
+            "--engines",
+            "lmdb,redb",
+        ])
+        .expect("parse");
+        assert_eq!(cli.scale, QUICK_SCALE);
+        assert_eq!(cli.workloads, ["fill_seq", "commit_latency"]);
+        let (specs, jobs) = plan(&cli).expect("plan");
+        // The durable rows pull in the journal_raw rows: 2 rows x 2 engines + 4 disk rows.
+        assert_eq!(specs.len(), 6);
+        assert_eq!(jobs.len(), 8);
+        assert!(plan(&Cli::try_parse_from(["x", "--engines", "nope"]).expect("parse")).is_err());
+    }
+}

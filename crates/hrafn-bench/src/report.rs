@@ -1,0 +1,408 @@
+//! Turns results into the terminal tables.
+
+use std::fmt::Write as _;
+
+use crate::engines;
+use crate::result::BenchResult;
+use crate::workloads::{self, Limit, Spec};
+
+/// `1234567.0` -> `1.23M`, `45678.0` -> `45.7k`, `789.0` -> `789`, `0.5` -> `0.50`.
+pub fn fmt_rate(v: f64) -> String {
+    let a = v.abs();
+    if a >= 1e9 {
+        format!("{:.2}G", v / 1e9)
+    } else if a >= 1e6 {
+        format!("{:.2}M", v / 1e6)
+    } else if a >= 1e4 {
+        format!("{:.1}k", v / 1e3)
+    } else if a >= 1e3 {
+        format!("{:.2}k", v / 1e3)
+    } else if a >= 10.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+/// Binary-prefixed size: `1536` -> `1.5 KiB`.
+pub fn fmt_bytes(b: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+fn fmt_us(v: f64) -> String {
+    if v >= 100.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.1}")
+    }
+}
+
+/// Renders a table: first column left-aligned, the rest right-aligned.
+pub fn render(headers: &[String], rows: &[Vec<String>]) -> String {
+    render_with(headers, rows, &[0])
+}
+
+/// Renders a table with the columns in `left` left-aligned and the rest right-aligned.
+pub fn render_with(headers: &[String], rows: &[Vec<String>], left: &[usize]) -> String {
+    let cols = headers.len();
+    let mut width: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate().take(cols) {
+            width[i] = width[i].max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let line = |out: &mut String, cells: &[String]| {
+        for (i, w) in width.iter().enumerate() {
+            let cell = cells.get(i).map(String::as_str).unwrap_or("");
+            let pad = w - cell.chars().count();
+            if i > 0 {
+                out.push_str("  ");
+            }
+            if left.contains(&i) {
+                out.push_str(cell);
+                out.push_str(&" ".repeat(pad));
+            } else {
+                out.push_str(&" ".repeat(pad));
+                out.push_str(cell);
+            }
+        }
+        let trimmed = out.trim_end().len();
+        out.truncate(trimmed);
+        out.push('\n');
+    };
+    line(&mut out, headers);
+    let rule: Vec<String> = width.iter().map(|w| "-".repeat(*w)).collect();
+    line(&mut out, &rule);
+    for row in rows {
+        line(&mut out, row);
+    }
+    out
+}
+
+/// All results of one run, looked up by (workload, engine).
+pub struct Results<'a> {
+    pub all: &'a [BenchResult],
+}
+
+impl<'a> Results<'a> {
+    pub fn get(&self, workload: &str, engine: &str) -> Option<&'a BenchResult> {
+        self.all
+            .iter()
+            .find(|r| r.workload == workload && r.engine == engine)
+    }
+
+    fn ok(&self, workload: &str, engine: &str) -> Option<&'a BenchResult> {
+        self.get(workload, engine).filter(|r| r.ok())
+    }
+
+    /// Best ops/s among the engines other than hrafn in this row.
+    pub fn best_peer(&self, workload: &str) -> Option<f64> {
+        self.all
+            .iter()
+            .filter(|r| r.workload == workload && r.engine != "hrafn" && r.ok())
+            .map(|r| r.ops_per_sec)
+            .reduce(f64::max)
+    }
+
+    /// Synced 4 KiB writes per second (O_DIRECT|O_DSYNC, else fdatasync), if measured.
+    pub fn sync_writes_per_sec(&self) -> Option<f64> {
+        self.ok("journal_raw_direct_4k", workloads::DISK)
+            .or_else(|| self.ok("journal_raw_fdatasync_4k", workloads::DISK))
+            .map(|r| r.ops_per_sec)
+    }
+
+    /// Sequential synced bandwidth in bytes/s from the 16 KiB rows, if measured.
+    pub fn sync_bandwidth(&self) -> Option<f64> {
+        self.ok("journal_raw_direct_16k", workloads::DISK)
+            .or_else(|| self.ok("journal_raw_fdatasync_16k", workloads::DISK))
+            .map(|r| r.ops_per_sec * 16384.0)
+    }
+
+    /// The disk's ceiling for a durable row, in the row's own unit.
+    pub fn limit(&self, spec: &Spec) -> Option<f64> {
+        match spec.limit? {
+            Limit::PerCommit => {
+                let r = self
+                    .all
+                    .iter()
+                    .find(|r| r.workload == spec.name && r.ok() && r.commits.is_some())?;
+                let per_commit = r.ops as f64 / r.commits? as f64;
+                Some(self.sync_writes_per_sec()? * per_commit)
+            }
+            Limit::Bandwidth => None,
+        }
+    }
+
+    /// The disk-limit cell for a row: the ceiling in the row's unit for per-commit rows, the
+    /// synced append bandwidth for single-commit rows; empty for rows that do not sync.
+    pub fn limit_text(&self, spec: &Spec) -> String {
+        match spec.limit {
+            None => return String::new(),
+            Some(Limit::PerCommit) => self.limit(spec).map(fmt_rate),
+            Some(Limit::Bandwidth) => self
+                .sync_bandwidth()
+                .map(|b| format!("{:.0} MB/s (16K sync)", b / 1e6)),
+        }
+        .unwrap_or_else(|| "not measured".into())
+    }
+
+    /// The cell for (row, engine): ops/s, and for hrafn its ratio to the best peer.
+    pub fn cell(&self, workload: &str, engine: &str) -> String {
+        match self.get(workload, engine) {
+            None => "-".into(),
+            Some(r) if !r.ok() => "ERR".into(),
+            Some(r) => {
+                let mut s = fmt_rate(r.ops_per_sec);
+                if let Some(best) = self
+                    .best_peer(workload)
+                    .filter(|b| *b > 0.0 && engine == "hrafn")
+                {
+                    let _ = write!(s, " ({:.2}×)", r.ops_per_sec / best);
+                }
+                s
+            }
+        }
+    }
+}
+
+/// The engines that appear in `results`, in the canonical column order.
+pub fn engines_in(results: &[BenchResult]) -> Vec<&'static str> {
+    engines::ALL_ENGINES
+        .iter()
+        .copied()
+        .filter(|e| results.iter().any(|r| r.engine == *e))
+        .collect()
+}
+
+/// The full text report: throughput table, latencies, disk and memory, raw disk, notes.
+pub fn text(results: &[BenchResult], specs: &[&Spec]) -> String {
+    let res = Results { all: results };
+    let engines = engines_in(results);
+    let engine_specs: Vec<&&Spec> = specs.iter().filter(|s| !s.raw_disk).collect();
+    let mut out = String::new();
+
+    if !engine_specs.is_empty() {
+        let mut headers = vec!["workload".to_string(), "unit/s".to_string()];
+        headers.extend(engines.iter().map(|e| e.to_string()));
+        headers.push("disk limit".into());
+        let rows: Vec<Vec<String>> = engine_specs
+            .iter()
+            .map(|s| {
+                let unit = engines
+                    .iter()
+                    .find_map(|e| res.ok(s.name, e).map(|r| r.unit.clone()))
+                    .unwrap_or_default();
+                let mut row = vec![s.name.to_string(), unit];
+                row.extend(engines.iter().map(|e| res.cell(s.name, e)));
+                row.push(res.limit_text(s));
+                row
+            })
+            .collect();
+        out.push_str(
+            "Throughput (operations per second; hrafn cells show the ratio to the best peer)\n",
+        );
+        out.push_str(&render(&headers, &rows));
+
+        let lat_specs: Vec<_> = engine_specs
+            .iter()
+            .filter(|s| {
+                results
+                    .iter()
+                    .any(|r| r.workload == s.name && r.p50_us.is_some())
+            })
+            .collect();
+        if !lat_specs.is_empty() {
+            let mut headers = vec!["workload (p50 / p99 µs)".to_string()];
+            headers.extend(engines.iter().map(|e| e.to_string()));
+            let rows: Vec<Vec<String>> = lat_specs
+                .iter()
+                .map(|s| {
+                    let mut row = vec![s.name.to_string()];
+                    row.extend(engines.iter().map(|e| match res.ok(s.name, e) {
+                        Some(r) => match (r.p50_us, r.p99_us) {
+                            (Some(a), Some(b)) => format!("{} / {}", fmt_us(a), fmt_us(b)),
+                            _ => "-".into(),
+                        },
+                        None => "-".into(),
+                    }));
+                    row
+                })
+                .collect();
+            out.push_str("\nLatency per commit or scan\n");
+            out.push_str(&render(&headers, &rows));
+        }
+
+        let mut headers = vec!["workload (disk / peak RSS)".to_string()];
+        headers.extend(engines.iter().map(|e| e.to_string()));
+        let rows: Vec<Vec<String>> = engine_specs
+            .iter()
+            .map(|s| {
+                let mut row = vec![s.name.to_string()];
+                row.extend(engines.iter().map(|e| match res.ok(s.name, e) {
+                    Some(r) => format!(
+                        "{} / {}",
+                        r.disk_bytes.map(fmt_bytes).unwrap_or_else(|| "-".into()),
+                        r.peak_rss_bytes.map(fmt_bytes).unwrap_or_else(|| "-".into())
+                    ),
+                    None => "-".into(),
+                }));
+                row
+            })
+            .collect();
+        out.push_str("\nBytes on disk after the run / peak RSS of the child process\n");
+        out.push_str(&render(&headers, &rows));
+    }
+
+    let disk_specs: Vec<_> = specs.iter().filter(|s| s.raw_disk).collect();
+    if !disk_specs.is_empty() {
+        let headers: Vec<String> = ["journal_raw", "writes/s", "MB/s", "p50 µs", "p99 µs", "how"]
+            .map(String::from)
+            .into();
+        let rows: Vec<Vec<String>> = disk_specs
+            .iter()
+            .map(|s| match res.get(s.name, workloads::DISK) {
+                Some(r) if r.ok() => {
+                    let block = if s.name.ends_with("16k") {
+                        16384.0
+                    } else {
+                        4096.0
+                    };
+                    vec![
+                        s.name.to_string(),
+                        fmt_rate(r.ops_per_sec),
+                        format!("{:.1}", r.ops_per_sec * block / 1e6),
+                        r.p50_us.map(fmt_us).unwrap_or_default(),
+                        r.p99_us.map(fmt_us).unwrap_or_default(),
+                        r.note.clone().unwrap_or_default(),
+                    ]
+                }
+                Some(_) => vec![s.name.to_string(), "ERR".into()],
+                None => vec![s.name.to_string(), "-".into()],
+            })
+            .collect();
+        out.push_str("\nDisk limit (no engine)\n");
+        out.push_str(&render_with(&headers, &rows, &[0, 5]));
+    }
+
+    let mut notes = Vec::new();
+    if engine_specs.iter().any(|s| s.limit.is_some()) {
+        notes.push(
+            "disk limit: for per-commit rows, synced 4 KiB writes/s (journal_raw) x operations \
+             per commit, a ceiling if every commit needs one synced write; for fill_seq, the \
+             synced 16 KiB append bandwidth (one large commit is written through the page \
+             cache and synced once, so it is not a ceiling there)"
+                .to_string(),
+        );
+    }
+    for e in &engines {
+        notes.push(format!(
+            "{e}: durable = {}; non-durable = {}",
+            engines::durability_setting(e, true),
+            engines::durability_setting(e, false)
+        ));
+    }
+    for r in results
+        .iter()
+        .filter(|r| r.workload == "concurrent_writers" && r.ok())
+    {
+        if let Some(n) = &r.note {
+            notes.push(format!("concurrent_writers/{}: {n}", r.engine));
+        }
+    }
+    for r in results.iter().filter(|r| !r.ok()) {
+        let e = r.error.as_deref().unwrap_or("");
+        notes.push(format!("ERR {}/{}: {}", r.workload, r.engine, e.trim()));
+    }
+    if !notes.is_empty() {
+        out.push_str("\nNotes\n");
+        for n in notes {
+            let _ = writeln!(out, "- {n}");
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn rates_are_short() {
+        assert_eq!(fmt_rate(1_234_567.0), "1.23M");
+        assert_eq!(fmt_rate(45_678.0), "45.7k");
+        assert_eq!(fmt_rate(4_567.0), "4.57k");
+        assert_eq!(fmt_rate(789.4), "789");
+        assert_eq!(fmt_rate(0.5), "0.50");
+        assert_eq!(fmt_rate(2.5e9), "2.50G");
+        assert_eq!(fmt_bytes(512), "512 B");
+        assert_eq!(fmt_bytes(1536), "1.5 KiB");
+        assert_eq!(fmt_bytes(3 << 20), "3.0 MiB");
+    }
+
+    fn result(w: &str, e: &str, ops_per_sec: f64) -> BenchResult {
+        let ops = ops_per_sec as u64;
+        BenchResult::measured(w, e, 1.0, ops, "entries", Duration::from_secs(1))
+    }
+
+    #[test]
+    fn hrafn_cell_shows_ratio_to_best_peer() {
+        let all = vec![
+            result("fill_seq", "hrafn", 1_020_000.0),
+            result("fill_seq", "lmdb", 1_200_000.0),
+            result("fill_seq", "redb", 600_000.0),
+            BenchResult::failed("read_seq", "lmdb", 1.0, "boom".into()),
+            result("read_seq", "hrafn", 5_000.0),
+        ];
+        let res = Results { all: &all };
+        assert_eq!(res.cell("fill_seq", "hrafn"), "1.02M (0.85×)");
+        assert_eq!(res.cell("fill_seq", "lmdb"), "1.20M");
+        assert_eq!(res.cell("read_seq", "lmdb"), "ERR");
+        // No working peer in the row: no ratio.
+        assert_eq!(res.cell("read_seq", "hrafn"), "5.00k");
+        assert_eq!(res.cell("read_seq", "redb"), "-");
+    }
+
+    #[test]
+    fn table_columns_line_up() {
+        let headers: Vec<String> = vec!["workload".into(), "hrafn".into(), "lmdb".into()];
+        let rows = vec![
+            vec!["fill_seq".into(), "1.02M (0.85×)".into(), "1.20M".into()],
+            vec!["read_seq".into(), "-".into(), "12.3k".into()],
+        ];
+        let t = render(&headers, &rows);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 4);
+        let widths: Vec<usize> = lines.iter().map(|l| l.chars().count()).collect();
+        assert!(widths.iter().all(|w| *w == widths[0]), "{t}");
+        assert!(lines[2].ends_with("1.02M (0.85×)  1.20M"), "{t}");
+        assert!(lines[3].starts_with("read_seq"), "{t}");
+    }
+
+    #[test]
+    fn per_commit_limit_scales_by_ops_per_commit() {
+        let mut fill = result("fill_rnd_tx_durable", "lmdb", 50_000.0);
+        fill.commits = Some(fill.ops / 100);
+        let mut disk = result("journal_raw_direct_4k", workloads::DISK, 1_000.0);
+        disk.unit = "writes".into();
+        let all = vec![fill, disk];
+        let res = Results { all: &all };
+        let spec = workloads::spec("fill_rnd_tx_durable").expect("spec");
+        assert_eq!(res.limit(spec), Some(100_000.0));
+        let text = text(&all, &[spec]);
+        assert!(text.contains("100.0k"), "{text}");
+    }
+}

@@ -1,0 +1,167 @@
+//! The record one (workload, engine) run produces, and the statistics behind it.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// One measured row: what a `run-one` child prints as a single JSON line, and what `--json`
+/// writes (an array of these).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BenchResult {
+    pub workload: String,
+    pub engine: String,
+    /// The `--scale` this row ran at (1.0 = the full counts).
+    pub scale: f64,
+    /// Operations counted in the measured part (entries, reads, commits, scans or writes).
+    pub ops: u64,
+    /// What one operation is, e.g. `entries`, `reads`, `commits`.
+    pub unit: String,
+    pub ops_per_sec: f64,
+    /// Commits in the measured part, for rows that write.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commits: Option<u64>,
+    /// Wall time of the measured part only (fills done to prepare a read are not included).
+    pub total_ms: f64,
+    /// Sum of the lengths of the files in the engine's directory once the engine was closed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_bytes: Option<u64>,
+    /// Peak resident set of the child process that ran this row (VmHWM).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_rss_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p50_us: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p99_us: Option<f64>,
+    /// Free text: how the row was run when that matters (e.g. the write path used).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    /// Set when the run failed; the figures are then zero.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl BenchResult {
+    /// A result for a measured part of `ops` operations that took `elapsed`.
+    pub fn measured(
+        workload: &str,
+        engine: &str,
+        scale: f64,
+        ops: u64,
+        unit: &str,
+        elapsed: Duration,
+    ) -> Self {
+        let secs = elapsed.as_secs_f64();
+        BenchResult {
+            workload: workload.to_string(),
+            engine: engine.to_string(),
+            scale,
+            ops,
+            unit: unit.to_string(),
+            commits: None,
+            ops_per_sec: if secs > 0.0 { ops as f64 / secs } else { 0.0 },
+            total_ms: secs * 1e3,
+            disk_bytes: None,
+            peak_rss_bytes: None,
+            p50_us: None,
+            p99_us: None,
+            note: None,
+            error: None,
+        }
+    }
+
+    /// A row that records a failure.
+    pub fn failed(workload: &str, engine: &str, scale: f64, error: String) -> Self {
+        let mut r = Self::measured(workload, engine, scale, 0, "", Duration::ZERO);
+        r.error = Some(error);
+        r
+    }
+
+    /// Attaches p50/p99 of the given latency samples.
+    pub fn with_latencies(mut self, samples: &mut [Duration]) -> Self {
+        self.p50_us = percentile(samples, 50.0).map(|d| d.as_secs_f64() * 1e6);
+        self.p99_us = percentile(samples, 99.0).map(|d| d.as_secs_f64() * 1e6);
+        self
+    }
+
+    pub fn ok(&self) -> bool {
+        self.error.is_none()
+    }
+}
+
+/// The `p`th percentile (0..=100) by the nearest-rank method; sorts `samples` in place.
+/// `None` for an empty slice.
+pub fn percentile(samples: &mut [Duration], p: f64) -> Option<Duration> {
+    if samples.is_empty() {
+        return None;
+    }
+    samples.sort_unstable();
+    let p = p.clamp(0.0, 100.0);
+    // Nearest rank: the smallest value with at least p% of the samples at or below it.
+    let rank = ((p / 100.0) * samples.len() as f64).ceil() as usize;
+    let idx = rank.saturating_sub(1).min(samples.len() - 1);
+    Some(samples[idx])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn us(v: u64) -> Duration {
+        Duration::from_micros(v)
+    }
+
+    #[test]
+    fn percentile_nearest_rank() {
+        let mut s: Vec<Duration> = (1..=100).rev().map(us).collect();
+        assert_eq!(percentile(&mut s, 50.0), Some(us(50)));
+        assert_eq!(percentile(&mut s, 99.0), Some(us(99)));
+        assert_eq!(percentile(&mut s, 100.0), Some(us(100)));
+        assert_eq!(percentile(&mut s, 0.0), Some(us(1)));
+        let mut one = vec![us(7)];
+        assert_eq!(percentile(&mut one, 99.0), Some(us(7)));
+        assert_eq!(percentile(&mut [], 50.0), None);
+        // 10 samples: p99 is the largest, p50 the fifth smallest.
+        let mut ten: Vec<Duration> = [5, 1, 9, 3, 7, 2, 8, 4, 10, 6].map(us).to_vec();
+        assert_eq!(percentile(&mut ten, 99.0), Some(us(10)));
+        assert_eq!(percentile(&mut ten, 50.0), Some(us(5)));
+    }
+
+    #[test]
+    fn json_round_trip() {
+        let mut samples = vec![us(10), us(20), us(30)];
+        let mut r = BenchResult::measured(
+            "commit_latency",
+            "lmdb",
+            0.2,
+            2_000,
+            "commits",
+            Duration::from_millis(500),
+        )
+        .with_latencies(&mut samples);
+        r.disk_bytes = Some(12_345);
+        r.peak_rss_bytes = Some(1 << 20);
+        let line = serde_json::to_string(&r).expect("serialize");
+        assert!(!line.contains('\n'), "one result is one line");
+        let v: serde_json::Value = serde_json::from_str(&line).expect("parse as value");
+        for field in [
+            "workload",
+            "engine",
+            "ops_per_sec",
+            "total_ms",
+            "disk_bytes",
+            "peak_rss_bytes",
+            "p50_us",
+            "p99_us",
+        ] {
+            assert!(v.get(field).is_some(), "missing {field}");
+        }
+        assert_eq!(v["ops_per_sec"].as_f64(), Some(4_000.0));
+        assert_eq!(v["p50_us"].as_f64(), Some(20.0));
+        let back: BenchResult = serde_json::from_str(&line).expect("deserialize");
+        assert_eq!(back, r);
+        // Unmeasured fields are left out rather than written as null.
+        let plain = BenchResult::measured("x", "y", 1.0, 1, "reads", Duration::from_secs(1));
+        let line = serde_json::to_string(&plain).expect("serialize");
+        assert!(!line.contains("p50_us"));
+    }
+}
