@@ -81,8 +81,9 @@ const PAGE: usize = 4096;
 /// Granularity at which a power loss tears a write.
 const SECTOR: u64 = 512;
 
-/// Default [`SimStorage::file_capacity_bytes`]: 256 MiB.
-pub const DEFAULT_FILE_CAPACITY: u64 = 256 << 20;
+/// Default [`SimStorage::file_capacity_bytes`]: 256 MiB (1 MiB under Miri, which
+/// materialises every allocation).
+pub const DEFAULT_FILE_CAPACITY: u64 = if cfg!(miri) { 1 << 20 } else { 256 << 20 };
 
 /// The message of the error every operation returns once power is lost.
 pub const POWER_LOSS: &str = "simulated power loss";
@@ -268,7 +269,11 @@ struct State {
     rng: Rng,
     ops: u64,
     crash_at: Option<u64>,
+    /// Whether power is lost; every operation fails.
     frozen: bool,
+    /// The operation count when power was lost (what damage choices are seeded from, so
+    /// calls a crashed engine keeps making do not change them).
+    frozen_at: u64,
     faults: Vec<PlannedFault>,
     sticky: Vec<(OpClass, Fault)>,
     short_writes: bool,
@@ -427,11 +432,13 @@ impl LiveBuf {
     /// and, per the mapping contract, no mapping reader is reading this range concurrently.
     unsafe fn write(&self, offset: usize, data: &[u8]) {
         assert!(offset <= self.cap && data.len() <= self.cap - offset);
-        // SAFETY: the range is in bounds (asserted) of an allocation we own that cannot
-        // overlap `data` (`data` is a caller's buffer, never a slice of a live image: every
-        // caller passes a slice it owns or borrowed from outside the disk); exclusivity of
-        // the write is the caller's obligation above.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.base.add(offset), data.len()) }
+        // SAFETY: the destination range is in bounds (asserted) of an allocation we own.
+        // `data` may itself be a slice of a mapping (of this or another live image); then it
+        // does not cover the destination range, because the mapping contract forbids reading
+        // a range through a mapping while writing it, and `ptr::copy` tolerates any overlap
+        // of the underlying allocations anyway. Exclusivity of the write is the caller's
+        // obligation above.
+        unsafe { std::ptr::copy(data.as_ptr(), self.base.add(offset), data.len()) }
     }
 
     /// Zeroes `len` bytes at `offset`.
@@ -568,6 +575,7 @@ impl State {
             ops: 0,
             crash_at: None,
             frozen: false,
+            frozen_at: 0,
             faults: Vec::new(),
             sticky: Vec::new(),
             short_writes: false,
@@ -595,6 +603,7 @@ impl State {
         }
         if self.crash_at == Some(op) {
             self.frozen = true;
+            self.frozen_at = op;
             return Ok(Gate::Crash);
         }
         let mut fault = None;
@@ -786,6 +795,7 @@ impl State {
 
 impl SimStorage {
     /// An empty disk with the default file capacity ([`DEFAULT_FILE_CAPACITY`]).
+    #[must_use]
     pub fn new(seed: u64) -> SimStorage {
         SimStorage::with_capacity(seed, DEFAULT_FILE_CAPACITY)
     }
@@ -795,6 +805,7 @@ impl SimStorage {
     ///
     /// # Panics
     /// If `file_capacity_bytes` exceeds 2^46 (64 TiB), which no test needs.
+    #[must_use]
     pub fn with_capacity(seed: u64, file_capacity_bytes: u64) -> SimStorage {
         assert!(
             file_capacity_bytes <= 1 << 46,
@@ -815,16 +826,19 @@ impl SimStorage {
     }
 
     /// The seed this disk was built with; the same seed and workload replay exactly.
+    #[must_use]
     pub fn seed(&self) -> u64 {
         self.inner.seed
     }
 
     /// The largest size any file may reach.
+    #[must_use]
     pub fn file_capacity_bytes(&self) -> u64 {
         self.inner.capacity
     }
 
     /// How many operations have been started so far (the next operation's index).
+    #[must_use]
     pub fn ops_count(&self) -> u64 {
         self.inner.state.lock().ops
     }
@@ -838,6 +852,7 @@ impl SimStorage {
 
     /// Whether power has been lost (by [`SimStorage::crash_at`] or
     /// [`SimStorage::power_cut`]); every operation now fails.
+    #[must_use]
     pub fn is_frozen(&self) -> bool {
         self.inner.state.lock().frozen
     }
@@ -880,31 +895,43 @@ impl SimStorage {
     }
 
     /// The operations recorded since [`SimStorage::record_trace`] was turned on.
+    #[must_use]
     pub fn trace(&self) -> Vec<String> {
         self.inner.state.lock().trace.clone().unwrap_or_default()
     }
 
     /// Broken ordering rules seen by [`Storage::note`]; a correct engine leaves it empty.
+    #[must_use]
     pub fn violations(&self) -> Vec<String> {
         self.inner.state.lock().wal.violations.clone()
     }
 
     /// Cuts power now (if [`SimStorage::crash_at`] has not already) and returns the disk a
-    /// reboot would find, as a new, unfrozen, unlocked `SimStorage` with no faults. Each
-    /// pending change survives according to `damage`; the choices are drawn from this
-    /// disk's seed and operation count, so they replay exactly. Calling it again gives
-    /// the same disk; use [`SimStorage::power_cut_salted`] for other random outcomes.
+    /// reboot would find, as a new, unfrozen, unlocked `SimStorage` with no faults, whose
+    /// files are all durable and whose write-ahead checker carries over this disk's
+    /// durable state (but not its violations). Each pending change survives according to
+    /// `damage`; the choices, and the new disk's seed, are drawn from this disk's seed and
+    /// the operation at which power was lost, so they replay exactly. Calling it again gives the same disk; use
+    /// [`SimStorage::power_cut_salted`] for other random outcomes.
+    ///
+    /// This disk stays frozen: every later operation on it fails.
+    #[must_use]
     pub fn power_cut(&self, damage: Damage) -> SimStorage {
         self.power_cut_salted(damage, 0)
     }
 
     /// [`SimStorage::power_cut`] with `salt` mixed into the random choices, to draw several
     /// [`Damage::Random`] outcomes from one crash state.
+    #[must_use]
     pub fn power_cut_salted(&self, damage: Damage, salt: u64) -> SimStorage {
         let mut st = self.inner.state.lock();
-        st.frozen = true;
+        if !st.frozen {
+            st.frozen = true;
+            st.frozen_at = st.ops;
+        }
         let seed = self.inner.seed;
-        let mut rng = Rng::new(mix(seed ^ mix(st.ops ^ mix(salt ^ 0xC0FF_EE00))));
+        let at = st.frozen_at;
+        let mut rng = Rng::new(mix(seed ^ mix(at ^ mix(salt ^ 0xC0FF_EE00))));
 
         let mut ns = st.durable_ns.clone();
         for group in &st.ns_pending {
@@ -941,7 +968,8 @@ impl SimStorage {
         referenced.dedup();
         let capacity = self.inner.capacity;
         let mut renumber = BTreeMap::new();
-        let mut next = State::new(mix(seed ^ mix(salt ^ 0xB007)));
+        let child_seed = mix(seed ^ mix(at ^ mix(salt ^ 0xB007)));
+        let mut next = State::new(child_seed);
         next.wal = Wal {
             violations: Vec::new(),
             ..st.wal.clone()
@@ -965,7 +993,6 @@ impl SimStorage {
             next.live_ns.insert(name.clone(), entry);
             next.durable_ns.insert(name, entry);
         }
-        let child_seed = mix(seed ^ mix(salt ^ 0xB007));
         SimStorage::from_state(child_seed, capacity, next)
     }
 
@@ -994,6 +1021,7 @@ impl SimStorage {
 
     /// The names of all files (not directories) in the live namespace, sorted, as paths
     /// relative to the environment directory. Not an operation.
+    #[must_use]
     pub fn file_names(&self) -> Vec<String> {
         let st = self.inner.state.lock();
         st.live_ns
@@ -1091,13 +1119,12 @@ impl Storage for SimStorage {
         if let Gate::Fail(f) = gate {
             return Err(f.error());
         }
-        check_name(name)?;
-        let id = match st.live_ns.get(name) {
+        let id = check_name(name).and_then(|()| match st.live_ns.get(name) {
             Some(Entry::File(id)) => Ok(*id),
             Some(Entry::Dir) => Err(errno(libc::EISDIR)),
             None if create => st.create_file(name, self.inner.capacity),
             None => Err(not_found(name)),
-        };
+        });
         if gate == Gate::Crash {
             return Err(power_loss());
         }
@@ -1126,8 +1153,7 @@ impl Storage for SimStorage {
         if let Gate::Fail(f) = gate {
             return Err(f.error());
         }
-        check_name(name)?;
-        let result = st.remove(name);
+        let result = check_name(name).and_then(|()| st.remove(name));
         if gate == Gate::Crash {
             return Err(power_loss());
         }
@@ -1140,9 +1166,9 @@ impl Storage for SimStorage {
         if let Gate::Fail(f) = gate {
             return Err(f.error());
         }
-        check_name(from)?;
-        check_name(to)?;
-        let result = st.rename(from, to);
+        let result = check_name(from)
+            .and_then(|()| check_name(to))
+            .and_then(|()| st.rename(from, to));
         if gate == Gate::Crash {
             return Err(power_loss());
         }
@@ -1177,8 +1203,7 @@ impl Storage for SimStorage {
         if let Gate::Fail(f) = gate {
             return Err(f.error());
         }
-        check_dir(dir)?;
-        let result = st.create_dir(dir);
+        let result = check_dir(dir).and_then(|()| st.create_dir(dir));
         if gate == Gate::Crash {
             return Err(power_loss());
         }
@@ -1696,6 +1721,14 @@ mod tests {
                 vec![9u8; 8192]
             );
             let image = s.power_cut(Damage::Random).read_file("j").expect("r");
+            // Calls a crashed engine keeps making do not change the outcome.
+            for _ in 0..3 {
+                f.sync_data().expect_err("frozen");
+            }
+            assert_eq!(
+                s.power_cut(Damage::Random).read_file("j").expect("r"),
+                image
+            );
             outcomes.insert(image.iter().filter(|&&b| b == 9).count() / 512);
         }
         assert!(outcomes.iter().any(|&n| n > 0 && n < 16), "{outcomes:?}");
@@ -1881,7 +1914,7 @@ mod tests {
     fn second_lock_would_block() {
         let s = SimStorage::new(10);
         let guard = s.lock().expect("lock");
-        let err = s.lock().err().expect("second lock must fail");
+        let err = s.lock().expect_err("second lock must fail");
         assert_eq!(err.kind(), io::ErrorKind::WouldBlock);
         drop(guard);
         let _again = s.lock().expect("lock after release");
@@ -2024,9 +2057,46 @@ mod tests {
         assert_eq!(&bigger.bytes()[9000..9005], b"world");
         assert_eq!(&map.bytes()[100..105], b"hello");
         assert!(f.map((1 << 20) + 1).is_err(), "mapping past the end");
+        // Mapped bytes can be the source of a write, to another file or elsewhere in this one.
+        let other = open(&s, "other", FileKind::Data);
+        write_all_at(&*other, &map.bytes()[100..105], 0).expect("write from mapping");
+        write_all_at(&*f, &map.bytes()[100..105], 200).expect("write from own mapping");
+        assert_eq!(s.read_file("other").expect("read"), b"hello");
+        assert_eq!(&map.bytes()[200..205], b"hello");
+        drop(other);
         drop(f);
         drop(s);
         assert_eq!(&bigger.bytes()[100..105], b"hello", "outlives the disk");
+    }
+
+    #[test]
+    fn mapping_reads_race_only_with_writes_of_other_ranges() {
+        let s = SimStorage::new(18);
+        let f = open(&s, "data", FileKind::Data);
+        f.allocate(8 * 4096).expect("allocate");
+        write_all_at(&*f, &[1u8; 4096], 0).expect("write page 0");
+        let map = f.map(8 * 4096).expect("map");
+        let rounds = if cfg!(miri) { 3 } else { 200 };
+        std::thread::scope(|scope| {
+            let reader = scope.spawn(|| {
+                let bytes = map.bytes();
+                let mut sum = 0u64;
+                for _ in 0..rounds {
+                    sum += bytes[..4096].iter().map(|&b| u64::from(b)).sum::<u64>();
+                }
+                sum
+            });
+            for round in 0..rounds {
+                for page in 1..8u64 {
+                    let fill = u8::try_from(round % 200).expect("small") + 2;
+                    write_all_at(&*f, &[fill; 4096], page * 4096).expect("write");
+                }
+            }
+            assert_eq!(reader.join().expect("reader"), 4096 * rounds as u64);
+        });
+        // After the join (a synchronizing edge), a fresh slice sees the last writes.
+        let last = u8::try_from((rounds - 1) % 200).expect("small") + 2;
+        assert!(map.bytes()[4096..].iter().all(|&b| b == last));
     }
 
     #[test]
