@@ -4,9 +4,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Result, anyhow};
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::report::{Results, engines_in, fmt_rate};
-use crate::workloads::Spec;
+use crate::workloads::{DISK, Spec};
 
 fn color(engine: &str) -> RGBColor {
     match engine {
@@ -18,67 +19,97 @@ fn color(engine: &str) -> RGBColor {
     }
 }
 
-/// Writes `<dir>/<workload>.svg` for every row in `specs` with at least one result; returns
-/// the files written.
+/// Writes `<dir>/<workload>.svg` for every engine row in `specs` with at least one result,
+/// and one `journal_raw.svg` with a bar per journal_raw row; returns the files written.
 pub fn write_all(dir: &Path, results: &Results<'_>, specs: &[&Spec]) -> Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir)?;
     let mut written = Vec::new();
-    for spec in specs {
-        let bars: Vec<(String, f64, RGBColor)> = if spec.raw_disk {
-            results
-                .get(spec.name, crate::workloads::DISK)
-                .filter(|r| r.ok())
-                .map(|r| vec![("disk".to_string(), r.ops_per_sec, color("disk"))])
-                .unwrap_or_default()
-        } else {
-            engines_in(results.all)
-                .into_iter()
-                .filter_map(|e| {
-                    let r = results.get(spec.name, e).filter(|r| r.ok())?;
-                    Some((e.to_string(), r.ops_per_sec, color(e)))
+    let unit_of = |name: &str| {
+        results
+            .all
+            .iter()
+            .find(|r| r.workload == name && r.ok())
+            .map(|r| r.unit.clone())
+            .unwrap_or_default()
+    };
+    for spec in specs.iter().filter(|s| !s.raw_disk) {
+        let bars: Vec<Bar> = engines_in(results.all)
+            .into_iter()
+            .filter_map(|e| {
+                let r = results.get(spec.name, e).filter(|r| r.ok())?;
+                Some(Bar {
+                    label: e.to_string(),
+                    value: r.ops_per_sec,
+                    color: color(e),
                 })
-                .collect()
-        };
+            })
+            .collect();
         if bars.is_empty() {
             continue;
         }
-        let unit = results
-            .all
-            .iter()
-            .find(|r| r.workload == spec.name && r.ok())
-            .map(|r| r.unit.clone())
-            .unwrap_or_default();
         let path = dir.join(format!("{}.svg", spec.name));
-        chart(&path, spec, &unit, &bars, results.limit(spec))?;
+        let title = format!("{} — {}", spec.name, spec.what);
+        chart(
+            &path,
+            &title,
+            &unit_of(spec.name),
+            &bars,
+            results.limit(spec),
+        )?;
+        written.push(path);
+    }
+    let disk: Vec<Bar> = specs
+        .iter()
+        .filter(|s| s.raw_disk)
+        .filter_map(|s| {
+            let r = results.get(s.name, DISK).filter(|r| r.ok())?;
+            let label = s.name.trim_start_matches("journal_raw_").to_string();
+            Some(Bar {
+                label,
+                value: r.ops_per_sec,
+                color: color(DISK),
+            })
+        })
+        .collect();
+    if !disk.is_empty() {
+        let path = dir.join("journal_raw.svg");
+        let title = "journal_raw — synced writes to a preallocated file, no engine";
+        chart(&path, title, "writes", &disk, None)?;
         written.push(path);
     }
     Ok(written)
 }
 
-fn chart(
-    path: &Path,
-    spec: &Spec,
-    unit: &str,
-    bars: &[(String, f64, RGBColor)],
-    limit: Option<f64>,
-) -> Result<()> {
-    let err = |e: &dyn std::fmt::Display| anyhow!("plotting {}: {e}", spec.name);
+/// The x range for `n` bars at 0..n: plotters' integer ranges include their end, so `0..n-1`
+/// has n segments; a single bar gets an empty segment on each side to stay narrow.
+fn x_range(n: usize) -> std::ops::Range<i32> {
+    let n = i32::try_from(n).unwrap_or(i32::MAX);
+    if n <= 1 { -1..1 } else { 0..n - 1 }
+}
+
+struct Bar {
+    label: String,
+    value: f64,
+    color: RGBColor,
+}
+
+fn chart(path: &Path, title: &str, unit: &str, bars: &[Bar], limit: Option<f64>) -> Result<()> {
+    let err = |e: &dyn std::fmt::Display| anyhow!("plotting {}: {e}", path.display());
     let root = SVGBackend::new(path, (720, 420)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;
     let top = bars
         .iter()
-        .map(|b| b.1)
+        .map(|b| b.value)
         .chain(limit)
         .fold(0.0f64, f64::max)
         .max(1.0)
         * 1.15;
-    let n = bars.len();
     let mut chart = ChartBuilder::on(&root)
-        .caption(format!("{} — {}", spec.name, spec.what), ("sans-serif", 18))
+        .caption(title, ("sans-serif", 18))
         .margin(12)
         .x_label_area_size(36)
         .y_label_area_size(70)
-        .build_cartesian_2d((0..n).into_segmented(), 0.0..top)
+        .build_cartesian_2d(x_range(bars.len()).into_segmented(), 0.0..top)
         .map_err(|e| err(&e))?;
     chart
         .configure_mesh()
@@ -86,30 +117,42 @@ fn chart(
         .y_desc(format!("{unit}/s"))
         .y_label_formatter(&|v| fmt_rate(*v))
         .x_label_formatter(&|v| match v {
-            SegmentValue::CenterOf(i) => bars.get(*i).map(|b| b.0.clone()).unwrap_or_default(),
+            SegmentValue::CenterOf(i) => usize::try_from(*i)
+                .ok()
+                .and_then(|i| bars.get(i))
+                .map(|b| b.label.clone())
+                .unwrap_or_default(),
             _ => String::new(),
         })
         .draw()
         .map_err(|e| err(&e))?;
+    // Segment i spans from Exact(i) to Exact(i + 1); the last one ends at Last.
+    let last = x_range(bars.len()).end;
+    let right = |i: i32| {
+        if i < last {
+            SegmentValue::Exact(i + 1)
+        } else {
+            SegmentValue::Last
+        }
+    };
     chart
-        .draw_series(bars.iter().enumerate().map(|(i, (_, v, c))| {
+        .draw_series((0..).zip(bars).map(|(i, b)| {
             let mut bar = Rectangle::new(
-                [
-                    (SegmentValue::Exact(i), 0.0),
-                    (SegmentValue::Exact(i + 1), *v),
-                ],
-                c.filled(),
+                [(SegmentValue::Exact(i), 0.0), (right(i), b.value)],
+                b.color.filled(),
             );
             bar.set_margin(0, 0, 12, 12);
             bar
         }))
         .map_err(|e| err(&e))?;
     chart
-        .draw_series(bars.iter().enumerate().map(|(i, (_, v, _))| {
+        .draw_series((0..).zip(bars).map(|(i, b)| {
+            let style = TextStyle::from(("sans-serif", 14).into_font())
+                .pos(Pos::new(HPos::Center, VPos::Bottom));
             Text::new(
-                fmt_rate(*v),
-                (SegmentValue::CenterOf(i), *v),
-                ("sans-serif", 14),
+                fmt_rate(b.value),
+                (SegmentValue::CenterOf(i), b.value),
+                style,
             )
         }))
         .map_err(|e| err(&e))?;
@@ -117,7 +160,10 @@ fn chart(
         let style = ShapeStyle::from(&RED).stroke_width(2);
         chart
             .draw_series(std::iter::once(PathElement::new(
-                vec![(SegmentValue::Exact(0), l), (SegmentValue::Last, l)],
+                vec![
+                    (SegmentValue::Exact(x_range(bars.len()).start), l),
+                    (SegmentValue::Last, l),
+                ],
                 style,
             )))
             .map_err(|e| err(&e))?
