@@ -1,3 +1,52 @@
-//! Hrafn
+//! Hrafn: an embedded, fully ACID key-value storage engine in the design of RavenDB's Voron.
+//!
+//! One writer and any number of readers share an environment (a directory). A write
+//! transaction copies the pages it changes into scratch memory; its commit appends one
+//! journal record (page diffs, LZ4-compressed) with `O_DIRECT|O_DSYNC` and then publishes a
+//! new page translation table with one atomic swap. Read transactions keep the snapshot
+//! they started with. A background flusher later copies pages into the memory-mapped data
+//! file, syncs it, and recycles journals. Opening replays the journal.
+//!
+//! ```
+//! use hrafn::{Environment, Options};
+//!
+//! # fn main() -> hrafn::Result<()> {
+//! let dir = tempfile::tempdir().expect("temporary directory");
+//! let env = Environment::open(dir.path(), Options::default())?;
+//!
+//! let mut wtx = env.begin_write()?;
+//! {
+//!     let mut fruit = wtx.open_tree("fruit")?;
+//!     fruit.insert(b"apple", b"red")?;
+//!     fruit.insert(b"banana", b"yellow")?;
+//!     fruit.insert(b"cherry", b"dark red")?;
+//! }
+//! wtx.commit()?; // durable when this returns
+//!
+//! let rtx = env.begin_read()?;
+//! let fruit = rtx.open_tree("fruit")?;
+//! assert_eq!(fruit.get(b"banana")?, Some(&b"yellow"[..]));
+//! let keys: Vec<&[u8]> = fruit.range(&b"b"[..]..)?.map(|e| e.map(|(k, _)| k)).collect::<Result<_, _>>()?;
+//! assert_eq!(keys, vec![&b"banana"[..], &b"cherry"[..]]);
+//! # Ok(())
+//! # }
+//! ```
+
+pub mod btree;
+pub mod check;
+mod env;
 pub mod error;
+mod flush;
+pub mod freespace;
+pub mod header;
+pub mod journal;
+pub mod limits;
+pub mod meta;
+pub mod page;
+pub mod scratch;
 pub mod storage;
+mod txn;
+
+pub use env::{DATA_FILE, Durability, Environment, Options, Stats};
+pub use error::{CorruptionSite, Error, Result};
+pub use txn::{ReadTxn, Tree, TreeMut, WriteTxn};

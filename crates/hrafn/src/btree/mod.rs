@@ -1,0 +1,157 @@
+//! B+trees over pages: point lookups, ordered iteration, inserts with splits, deletes with
+//! merges, overflow runs for large values.
+//!
+//! Pages keep their numbers when they change (the page translation table maps a changed
+//! page to its scratch copy), so a modification touches only the pages it edits, not the
+//! path to the root. This module sees pages through [`PageSource`] (read) and
+//! [`PageStore`] (copy-on-write edit, allocate, free); it must not depend on transactions,
+//! the journal or files.
+
+pub mod cursor;
+pub mod node;
+pub mod write;
+
+pub use cursor::Range;
+
+use crate::error::Result;
+use crate::limits::{PAGE_HEADER_SIZE_BYTES, PAGE_SIZE_BYTES};
+use crate::page::{OFFSET_AUX, PageKind, corrupt, get_u64};
+use node::ValueRef;
+
+/// Deepest tree walked before a page chain is declared corrupt (a cycle in a damaged file
+/// must end in an error, not a hang). Fan-out is at least 3, so 48 levels is far beyond
+/// any real file.
+pub const DEPTH_MAX: usize = 48;
+
+/// Read access to pages for the lifetime `'a`.
+pub trait PageSource<'a>: Copy {
+    /// The bytes of `page_number`, from its start to the end of its run or mapping (an
+    /// overflow value reads on past the first page). Verified when read from the data file.
+    ///
+    /// # Errors
+    /// [`crate::Error::Corruption`] for a bad page, I/O-free otherwise.
+    fn page(self, page_number: u64) -> Result<&'a [u8]>;
+}
+
+/// Copy-on-write page access for a writing transaction.
+pub trait PageStore {
+    /// Current bytes of a page (the transaction's copy if it changed it).
+    ///
+    /// # Errors
+    /// As [`PageSource::page`].
+    fn page(&self, page_number: u64) -> Result<&[u8]>;
+    /// A writable copy of a page (copied into scratch on first use).
+    ///
+    /// # Errors
+    /// [`crate::Error::ScratchFull`], or a bad page.
+    fn page_mut(&mut self, page_number: u64) -> Result<&mut [u8]>;
+    /// Allocates `page_count` contiguous pages, zeroed, with a header of `kind`; returns the
+    /// first page's number. The run is writable through [`PageStore::page_mut`].
+    ///
+    /// # Errors
+    /// [`crate::Error::ScratchFull`] or [`crate::Error::LimitExceeded`].
+    fn allocate(&mut self, page_count: u64, kind: PageKind) -> Result<u64>;
+    /// Releases `page_count` pages starting at `page_number` at commit.
+    fn free(&mut self, page_number: u64, page_count: u64);
+}
+
+/// The stored form of a tree: its root page and entry count (24 bytes, little-endian:
+/// root page u64, entry count u64, reserved u64).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TreeHeader {
+    pub root_page: u64,
+    pub entry_count: u64,
+}
+
+/// Encoded size of a [`TreeHeader`].
+pub const TREE_HEADER_SIZE_BYTES: usize = 24;
+
+impl TreeHeader {
+    /// Encodes the header.
+    pub fn encode(&self) -> [u8; TREE_HEADER_SIZE_BYTES] {
+        let mut out = [0u8; TREE_HEADER_SIZE_BYTES];
+        out[..8].copy_from_slice(&self.root_page.to_le_bytes());
+        out[8..16].copy_from_slice(&self.entry_count.to_le_bytes());
+        out
+    }
+
+    /// Decodes a header stored as a value of the root tree.
+    ///
+    /// # Errors
+    /// [`crate::Error::Corruption`] if the value has the wrong size.
+    pub fn decode(bytes: &[u8], where_page: u64) -> Result<TreeHeader> {
+        if bytes.len() != TREE_HEADER_SIZE_BYTES {
+            return Err(corrupt(where_page, "tree header of the wrong size"));
+        }
+        Ok(TreeHeader {
+            root_page: get_u64(bytes, 0),
+            entry_count: get_u64(bytes, 8),
+        })
+    }
+}
+
+/// Looks `key` up in the tree rooted at `root_page`.
+///
+/// # Errors
+/// [`crate::Error::Corruption`] for damaged pages.
+#[inline]
+pub fn get<'a, S: PageSource<'a>>(src: S, root_page: u64, key: &[u8]) -> Result<Option<&'a [u8]>> {
+    let mut page_number = root_page;
+    for _ in 0..DEPTH_MAX {
+        let page = src.page(page_number)?;
+        if node::is_leaf(page, page_number)? {
+            return match node::search(page, key, true, page_number)? {
+                Ok(i) => {
+                    let (_, value) = node::leaf_entry(page, i, page_number)?;
+                    Ok(Some(resolve_value(src, value)?))
+                }
+                Err(_) => Ok(None),
+            };
+        }
+        let c = node::child_index_for(page, key, page_number)?;
+        page_number = node::child_at(page, c, page_number)?;
+    }
+    Err(corrupt(
+        root_page,
+        "tree deeper than any valid tree (cycle?)",
+    ))
+}
+
+/// The bytes of a leaf value, following an overflow reference.
+///
+/// # Errors
+/// [`crate::Error::Corruption`] when the overflow run does not match the reference.
+#[inline]
+pub fn resolve_value<'a, S: PageSource<'a>>(src: S, value: ValueRef<'a>) -> Result<&'a [u8]> {
+    match value {
+        ValueRef::Inline(bytes) => Ok(bytes),
+        ValueRef::Overflow {
+            first_page,
+            len_bytes,
+        } => {
+            let run = src.page(first_page)?;
+            if crate::page::kind(run, first_page)? != PageKind::Overflow
+                || get_u64(run, OFFSET_AUX) != len_bytes
+            {
+                return Err(corrupt(
+                    first_page,
+                    "overflow run does not match its reference",
+                ));
+            }
+            let end = usize::try_from(len_bytes)
+                .ok()
+                .and_then(|n| n.checked_add(PAGE_HEADER_SIZE_BYTES))
+                .filter(|&end| end <= run.len())
+                .ok_or_else(|| corrupt(first_page, "overflow run shorter than its value"))?;
+            Ok(&run[PAGE_HEADER_SIZE_BYTES..end])
+        }
+    }
+}
+
+/// Whether a value of `value_len` bytes under a key of `key_len` bytes stays in the node.
+pub fn fits_inline(key_len: usize, value_len: usize) -> bool {
+    node::SLOT_BYTES + node::LEAF_INLINE_HEADER_BYTES + key_len + value_len
+        <= crate::limits::INLINE_ENTRY_MAX_BYTES
+}
+
+const _: () = assert!(PAGE_HEADER_SIZE_BYTES < PAGE_SIZE_BYTES);

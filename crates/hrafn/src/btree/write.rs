@@ -1,0 +1,557 @@
+//! Tree edits: insert (with node splits), remove (with node merges), creation and drop.
+//!
+//! Splits of a node where the new entry lands at its very end put only the new entry in the
+//! right node, so sequential inserts leave full pages behind (LMDB does the same); other
+//! splits balance bytes. A node below a quarter full merges with a sibling when both fit
+//! in one page; a branch root left with no separator is replaced by its only child.
+
+use super::node::{self, ValueRef};
+use super::{DEPTH_MAX, PageStore, TreeHeader, fits_inline};
+use crate::error::Result;
+use crate::limits::{PAGE_HEADER_SIZE_BYTES, PAGE_SIZE_BYTES};
+use crate::page::{OFFSET_AUX, PageKind, corrupt, overflow_page_count, put_u64};
+
+/// The path from the root to a node: (branch page, child number taken).
+struct Path {
+    steps: [(u64, usize); DEPTH_MAX],
+    len: usize,
+}
+
+impl Path {
+    fn new() -> Path {
+        Path {
+            steps: [(0, 0); DEPTH_MAX],
+            len: 0,
+        }
+    }
+
+    fn push(&mut self, page_number: u64, child: usize, root: u64) -> Result<()> {
+        if self.len == DEPTH_MAX {
+            return Err(corrupt(root, "tree deeper than any valid tree (cycle?)"));
+        }
+        self.steps[self.len] = (page_number, child);
+        self.len += 1;
+        Ok(())
+    }
+
+    fn pop(&mut self) -> Option<(u64, usize)> {
+        if self.len == 0 {
+            return None;
+        }
+        self.len -= 1;
+        Some(self.steps[self.len])
+    }
+
+    fn last(&self) -> Option<(u64, usize)> {
+        self.len.checked_sub(1).map(|i| self.steps[i])
+    }
+}
+
+/// Creates an empty tree (one empty leaf).
+///
+/// # Errors
+/// Allocation failures.
+pub fn create<S: PageStore>(store: &mut S) -> Result<TreeHeader> {
+    let root_page = store.allocate(1, PageKind::Leaf)?;
+    Ok(TreeHeader {
+        root_page,
+        entry_count: 0,
+    })
+}
+
+/// Descends to the leaf for `key`, recording the path.
+fn descend<S: PageStore>(store: &S, root: u64, key: &[u8], path: &mut Path) -> Result<u64> {
+    let mut page_number = root;
+    loop {
+        let page = store.page(page_number)?;
+        node::validate_header(page, page_number)?;
+        if node::is_leaf(page, page_number)? {
+            return Ok(page_number);
+        }
+        let c = node::child_index_for(page, key, page_number)?;
+        path.push(page_number, c, root)?;
+        page_number = node::child_at(page, c, page_number)?;
+    }
+}
+
+/// Inserts or replaces `key`. Returns true if a value was replaced.
+///
+/// # Errors
+/// Allocation failures or damaged pages. Key and value sizes are checked by the caller.
+pub fn insert<S: PageStore>(
+    store: &mut S,
+    tree: &mut TreeHeader,
+    key: &[u8],
+    value: &[u8],
+) -> Result<bool> {
+    debug_assert!(key.len() <= crate::limits::KEY_SIZE_MAX_BYTES);
+    let mut path = Path::new();
+    let leaf = descend(store, tree.root_page, key, &mut path)?;
+    let found = node::search(store.page(leaf)?, key, true, leaf)?;
+    let index = match found {
+        Ok(i) => {
+            free_value_at(store, leaf, i)?;
+            node::remove(store.page_mut(leaf)?, i);
+            i
+        }
+        Err(i) => i,
+    };
+    let stored = if fits_inline(key.len(), value.len()) {
+        ValueRef::Inline(value)
+    } else {
+        let first_page = write_overflow(store, value)?;
+        ValueRef::Overflow {
+            first_page,
+            len_bytes: value.len() as u64,
+        }
+    };
+    insert_into_leaf(store, tree, &mut path, leaf, index, key, &stored)?;
+    if found.is_err() {
+        tree.entry_count += 1;
+    }
+    Ok(found.is_ok())
+}
+
+/// Removes `key`. Returns true if it was present.
+///
+/// # Errors
+/// Damaged pages.
+pub fn remove<S: PageStore>(store: &mut S, tree: &mut TreeHeader, key: &[u8]) -> Result<bool> {
+    let mut path = Path::new();
+    let leaf = descend(store, tree.root_page, key, &mut path)?;
+    let Ok(i) = node::search(store.page(leaf)?, key, true, leaf)? else {
+        return Ok(false);
+    };
+    free_value_at(store, leaf, i)?;
+    node::remove(store.page_mut(leaf)?, i);
+    tree.entry_count = tree.entry_count.saturating_sub(1);
+    rebalance(store, tree, &mut path, leaf)?;
+    Ok(true)
+}
+
+/// Frees every page of the tree.
+///
+/// # Errors
+/// Damaged pages.
+pub fn drop_tree<S: PageStore>(store: &mut S, tree: &TreeHeader) -> Result<()> {
+    let mut stack = vec![(tree.root_page, 0usize)];
+    while let Some((page_number, depth)) = stack.pop() {
+        if depth > DEPTH_MAX {
+            return Err(corrupt(
+                page_number,
+                "tree deeper than any valid tree (cycle?)",
+            ));
+        }
+        let page = store.page(page_number)?;
+        node::validate_header(page, page_number)?;
+        let n = node::count(page);
+        if node::is_leaf(page, page_number)? {
+            let mut runs = Vec::new();
+            for i in 0..n {
+                if let (
+                    _,
+                    ValueRef::Overflow {
+                        first_page,
+                        len_bytes,
+                    },
+                ) = node::leaf_entry(page, i, page_number)?
+                {
+                    runs.push((first_page, overflow_page_count(len_bytes)));
+                }
+            }
+            for (first, count) in runs {
+                store.free(first, count);
+            }
+        } else {
+            for c in 0..=n {
+                stack.push((node::child_at(page, c, page_number)?, depth + 1));
+            }
+        }
+        store.free(page_number, 1);
+    }
+    Ok(())
+}
+
+fn free_value_at<S: PageStore>(store: &mut S, leaf: u64, i: usize) -> Result<()> {
+    if let (
+        _,
+        ValueRef::Overflow {
+            first_page,
+            len_bytes,
+        },
+    ) = node::leaf_entry(store.page(leaf)?, i, leaf)?
+    {
+        store.free(first_page, overflow_page_count(len_bytes));
+    }
+    Ok(())
+}
+
+fn write_overflow<S: PageStore>(store: &mut S, value: &[u8]) -> Result<u64> {
+    let count = overflow_page_count(value.len() as u64);
+    let first = store.allocate(count, PageKind::Overflow)?;
+    let run = store.page_mut(first)?;
+    assert!(
+        run.len() >= PAGE_HEADER_SIZE_BYTES + value.len(),
+        "run sized for the value"
+    );
+    put_u64(run, OFFSET_AUX, value.len() as u64);
+    run[PAGE_HEADER_SIZE_BYTES..PAGE_HEADER_SIZE_BYTES + value.len()].copy_from_slice(value);
+    Ok(first)
+}
+
+/// Makes room for `need` bytes in a node by compacting if that suffices.
+fn make_room(page: &mut [u8], need: usize, leaf: bool, page_number: u64) -> Result<bool> {
+    if node::free_bytes(page) >= need {
+        return Ok(true);
+    }
+    if node::NODE_CAPACITY_BYTES - node::used_bytes(page, leaf, page_number)? >= need {
+        let mut tmp = vec![0u8; PAGE_SIZE_BYTES];
+        node::compact(page, &mut tmp, leaf, page_number)?;
+        return Ok(true);
+    }
+    Ok(false)
+}
+
+/// One entry of a node being split: an existing one or the new one.
+#[derive(Clone, Copy)]
+enum Pending {
+    Existing(usize),
+    New,
+}
+
+/// Picks the split point of `sizes` (entry sizes in order, the new one included): the index
+/// of the first entry that moves right.
+fn split_point(sizes: &[usize], new_index: usize) -> usize {
+    let n = sizes.len();
+    assert!(n >= 2, "a split needs two entries");
+    if new_index == n - 1 {
+        return n - 1; // appending: keep the left node full
+    }
+    let total: usize = sizes.iter().sum();
+    let (mut best, mut best_cost, mut left) = (1, usize::MAX, 0);
+    for (k, size) in sizes.iter().enumerate().take(n - 1) {
+        left += size;
+        let cost = left.max(total - left);
+        if cost < best_cost {
+            best_cost = cost;
+            best = k + 1;
+        }
+    }
+    best
+}
+
+fn insert_into_leaf<S: PageStore>(
+    store: &mut S,
+    tree: &mut TreeHeader,
+    path: &mut Path,
+    leaf: u64,
+    index: usize,
+    key: &[u8],
+    value: &ValueRef<'_>,
+) -> Result<()> {
+    let need = node::leaf_entry_size(key.len(), value);
+    {
+        let page = store.page_mut(leaf)?;
+        if make_room(page, need, true, leaf)? {
+            node::insert_leaf(page, index, key, value);
+            return Ok(());
+        }
+    }
+    // Split: lay the entries out as if inserted, then cut.
+    let old = store.page(leaf)?.to_vec();
+    let n_old = node::count(&old);
+    let order: Vec<Pending> = (0..=n_old)
+        .map(|j| match j.cmp(&index) {
+            std::cmp::Ordering::Less => Pending::Existing(j),
+            std::cmp::Ordering::Equal => Pending::New,
+            std::cmp::Ordering::Greater => Pending::Existing(j - 1),
+        })
+        .collect();
+    let mut sizes = Vec::with_capacity(order.len());
+    for p in &order {
+        sizes.push(match p {
+            Pending::Existing(j) => node::entry_size_at(&old, *j, true, leaf)?,
+            Pending::New => need,
+        });
+    }
+    let cut = split_point(&sizes, index);
+    let right = store.allocate(1, PageKind::Leaf)?;
+    let separator: Vec<u8> = match order[cut] {
+        Pending::Existing(j) => node::key(&old, j, true, leaf)?.to_vec(),
+        Pending::New => key.to_vec(),
+    };
+    let fill = |dst: &mut [u8], part: &[Pending]| -> Result<()> {
+        node::init_node(dst);
+        for (slot, p) in part.iter().enumerate() {
+            match p {
+                Pending::Existing(j) => node::copy_entry(&old, *j, dst, slot, true, leaf)?,
+                Pending::New => {
+                    if node::free_bytes(dst) < need {
+                        return Err(corrupt(leaf, "split halves do not fit"));
+                    }
+                    node::insert_leaf(dst, slot, key, value);
+                }
+            }
+        }
+        Ok(())
+    };
+    fill(store.page_mut(leaf)?, &order[..cut])?;
+    fill(store.page_mut(right)?, &order[cut..])?;
+    insert_into_parent(store, tree, path, leaf, &separator, right)
+}
+
+fn insert_into_parent<S: PageStore>(
+    store: &mut S,
+    tree: &mut TreeHeader,
+    path: &mut Path,
+    left: u64,
+    separator: &[u8],
+    right: u64,
+) -> Result<()> {
+    let Some((parent, child)) = path.pop() else {
+        // The root split: a new root above it.
+        let root = store.allocate(1, PageKind::Branch)?;
+        let page = store.page_mut(root)?;
+        node::set_leftmost_child(page, left);
+        node::insert_branch(page, 0, separator, right);
+        tree.root_page = root;
+        return Ok(());
+    };
+    let need = node::branch_entry_size(separator.len());
+    {
+        let page = store.page_mut(parent)?;
+        if make_room(page, need, false, parent)? {
+            node::insert_branch(page, child, separator, right);
+            return Ok(());
+        }
+    }
+    let old = store.page(parent)?.to_vec();
+    let n_old = node::count(&old);
+    // Entries of the combined node: (key, child) with the new separator at `child`.
+    let mut entries: Vec<(Vec<u8>, u64)> = Vec::with_capacity(n_old + 1);
+    for j in 0..n_old {
+        let (k, c) = node::branch_entry(&old, j, parent)?;
+        entries.push((k.to_vec(), c));
+    }
+    entries.insert(child, (separator.to_vec(), right));
+    let sizes: Vec<usize> = entries
+        .iter()
+        .map(|(k, _)| node::branch_entry_size(k.len()))
+        .collect();
+    // The entry at `cut` moves up; its child becomes the right node's leftmost.
+    let cut = split_point(&sizes, child).min(entries.len() - 1);
+    let new_right = store.allocate(1, PageKind::Branch)?;
+    {
+        let page = store.page_mut(parent)?;
+        node::init_node(page);
+        for (slot, (k, c)) in entries[..cut].iter().enumerate() {
+            node::insert_branch(page, slot, k, *c);
+        }
+    }
+    {
+        let page = store.page_mut(new_right)?;
+        node::set_leftmost_child(page, entries[cut].1);
+        for (slot, (k, c)) in entries[cut + 1..].iter().enumerate() {
+            if node::free_bytes(page) < node::branch_entry_size(k.len()) {
+                return Err(corrupt(parent, "branch split halves do not fit"));
+            }
+            node::insert_branch(page, slot, k, *c);
+        }
+    }
+    let promoted = entries[cut].0.clone();
+    insert_into_parent(store, tree, path, parent, &promoted, new_right)
+}
+
+/// Merges underfull nodes upward from `page_number` after a removal.
+fn rebalance<S: PageStore>(
+    store: &mut S,
+    tree: &mut TreeHeader,
+    path: &mut Path,
+    mut page_number: u64,
+) -> Result<()> {
+    loop {
+        let page = store.page(page_number)?;
+        let leaf = node::is_leaf(page, page_number)?;
+        let Some((parent, child)) = path.last() else {
+            // The root: a branch with no separator hands over to its only child.
+            if !leaf && node::count(page) == 0 {
+                tree.root_page = node::leftmost_child(page);
+                store.free(page_number, 1);
+            }
+            return Ok(());
+        };
+        if node::used_bytes(page, leaf, page_number)? >= node::NODE_CAPACITY_BYTES / 4 {
+            return Ok(());
+        }
+        let parent_page = store.page(parent)?;
+        let parent_count = node::count(parent_page);
+        let (left, right, separator_index) = if child > 0 {
+            (
+                node::child_at(parent_page, child - 1, parent)?,
+                page_number,
+                child - 1,
+            )
+        } else if parent_count >= 1 {
+            (page_number, node::child_at(parent_page, 1, parent)?, 0)
+        } else {
+            return Ok(());
+        };
+        let separator = node::branch_entry(parent_page, separator_index, parent)?
+            .0
+            .to_vec();
+        let right_bytes = store.page(right)?.to_vec();
+        let left_used = node::used_bytes(store.page(left)?, leaf, left)?;
+        let right_used = node::used_bytes(&right_bytes, leaf, right)?;
+        let extra = if leaf {
+            0
+        } else {
+            node::branch_entry_size(separator.len())
+        };
+        if left_used + right_used + extra > node::NODE_CAPACITY_BYTES {
+            return Ok(());
+        }
+        {
+            let left_page = store.page_mut(left)?;
+            let mut tmp = vec![0u8; PAGE_SIZE_BYTES];
+            node::compact(left_page, &mut tmp, leaf, left)?;
+            let mut slot = node::count(left_page);
+            if !leaf {
+                node::insert_branch(
+                    left_page,
+                    slot,
+                    &separator,
+                    node::leftmost_child(&right_bytes),
+                );
+                slot += 1;
+            }
+            for j in 0..node::count(&right_bytes) {
+                node::copy_entry(&right_bytes, j, left_page, slot + j, leaf, right)?;
+            }
+        }
+        node::remove(store.page_mut(parent)?, separator_index);
+        store.free(right, 1);
+        path.pop();
+        page_number = parent;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::btree::{PageSource, get};
+    use crate::page::init;
+    use std::collections::{BTreeMap, HashMap};
+
+    /// An in-memory page store for tree tests.
+    #[derive(Default)]
+    struct MemStore {
+        pages: HashMap<u64, Vec<u8>>,
+        next: u64,
+        freed: Vec<(u64, u64)>,
+    }
+
+    impl PageStore for MemStore {
+        fn page(&self, page_number: u64) -> Result<&[u8]> {
+            self.pages
+                .get(&page_number)
+                .map(|p| p.as_slice())
+                .ok_or_else(|| corrupt(page_number, "missing"))
+        }
+        fn page_mut(&mut self, page_number: u64) -> Result<&mut [u8]> {
+            self.pages
+                .get_mut(&page_number)
+                .map(|p| p.as_mut_slice())
+                .ok_or_else(|| corrupt(page_number, "missing"))
+        }
+        fn allocate(&mut self, page_count: u64, kind: PageKind) -> Result<u64> {
+            self.next += 1;
+            let first = self.next;
+            self.next += page_count;
+            let mut run = vec![0u8; page_count as usize * PAGE_SIZE_BYTES];
+            init(&mut run, first, kind);
+            self.pages.insert(first, run);
+            Ok(first)
+        }
+        fn free(&mut self, page_number: u64, page_count: u64) {
+            self.freed.push((page_number, page_count));
+            self.pages.remove(&page_number);
+        }
+    }
+
+    impl<'a> PageSource<'a> for &'a MemStore {
+        fn page(self, page_number: u64) -> Result<&'a [u8]> {
+            PageStore::page(self, page_number)
+        }
+    }
+
+    fn key(i: u64) -> Vec<u8> {
+        format!("{:016}", i).into_bytes()
+    }
+
+    #[test]
+    fn sequential_inserts_fill_pages_and_read_back() {
+        let mut store = MemStore::default();
+        let mut tree = create(&mut store).expect("create");
+        for i in 0..20_000u64 {
+            assert!(!insert(&mut store, &mut tree, &key(i), &[i as u8; 100]).expect("insert"));
+        }
+        assert_eq!(tree.entry_count, 20_000);
+        for i in 0..20_000u64 {
+            assert_eq!(
+                get(&store, tree.root_page, &key(i)).expect("get"),
+                Some(&[i as u8; 100][..])
+            );
+        }
+        // 125 bytes per entry with slot: about 65 per page when pages are full.
+        let leaves = store.pages.len();
+        assert!(
+            leaves < 20_000 / 60 + 10,
+            "{leaves} pages: sequential splits should fill pages"
+        );
+    }
+
+    #[test]
+    fn random_ops_match_a_btreemap_and_merges_free_pages() {
+        let mut store = MemStore::default();
+        let mut tree = create(&mut store).expect("create");
+        let mut model = BTreeMap::new();
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for step in 0..30_000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let k = key(x % 3000);
+            if x % 3 == 0 {
+                assert_eq!(
+                    remove(&mut store, &mut tree, &k).expect("remove"),
+                    model.remove(&k).is_some()
+                );
+            } else {
+                let len = if step % 97 == 0 {
+                    9000
+                } else {
+                    (x % 300) as usize
+                };
+                let v = vec![(x >> 8) as u8; len];
+                let replaced = insert(&mut store, &mut tree, &k, &v).expect("insert");
+                assert_eq!(replaced, model.insert(k, v).is_some());
+            }
+        }
+        assert_eq!(tree.entry_count, model.len() as u64);
+        for (k, v) in &model {
+            assert_eq!(
+                get(&store, tree.root_page, k).expect("get"),
+                Some(v.as_slice())
+            );
+        }
+        for k in model.keys().cloned().collect::<Vec<_>>() {
+            assert!(remove(&mut store, &mut tree, &k).expect("remove"));
+        }
+        assert_eq!(tree.entry_count, 0);
+        assert_eq!(
+            store.pages.len(),
+            1,
+            "all but the root leaf merged away and freed"
+        );
+    }
+}

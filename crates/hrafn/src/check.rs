@@ -1,0 +1,1 @@
+//! Whole-environment integrity check (placeholder, filled in below).

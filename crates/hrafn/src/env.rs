@@ -1,0 +1,499 @@
+//! The environment: opens or creates the files, recovers, owns the state, the writer, the
+//! reader table and the background flusher.
+
+use crate::error::{CorruptionSite, Error, Result};
+use crate::flush::{FlushBook, Flusher};
+use crate::header::{self, Header};
+use crate::journal::{JournalIndex, JournalWriter, journal_file_name, recovery};
+use crate::limits::PAGE_SIZE_BYTES;
+use crate::meta::{META_PAGE_NUMBER, Meta};
+use crate::page::{PageKind, init, seal};
+use crate::scratch::{Ptt, ScratchUsage};
+use crate::storage::{FileKind, FileStorage, Storage, StorageEvent, StorageFile, write_all_at};
+use crate::txn::readers::ReaderTable;
+use crate::txn::state::{DataView, State};
+use crate::txn::{ReadTxn, WriteTxn, WriterCore};
+use arc_swap::ArcSwap;
+use parking_lot::Mutex;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Name of the data file.
+pub const DATA_FILE: &str = "data.hrafn";
+
+/// When a commit is durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// A commit returns once its journal record is on disk (`O_DIRECT|O_DSYNC`).
+    #[default]
+    Immediate,
+    /// Commits return after a buffered journal write. **Not crash-safe**: a power loss
+    /// (not a process crash) can lose recent commits. What survives is still a consistent
+    /// prefix, since the flusher syncs the journal before writing data pages.
+    None,
+}
+
+/// Settings of an environment.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// When commits are durable.
+    pub durability: Durability,
+    /// Size of a preallocated journal file; a larger record gets a file of its own size.
+    pub journal_file_size_bytes: u64,
+    /// Committed page bytes waiting in scratch that trigger a flush.
+    pub flush_threshold_bytes: u64,
+    /// A flush also runs when commits have been idle this long.
+    pub flush_interval_ms: u64,
+    /// Longest time between data-file syncs (each sync lets journals be recycled).
+    pub sync_interval_ms: u64,
+    /// Data bytes written since the last sync that trigger a sync.
+    pub sync_threshold_bytes: u64,
+    /// Most scratch memory (page copies) held; past it writes wait, then fail with
+    /// [`Error::ScratchFull`].
+    pub scratch_limit_bytes: u64,
+    /// How long a write waits for the flusher to drain scratch before failing.
+    pub scratch_wait_ms: u64,
+    /// Most concurrent read transactions.
+    pub readers_max: usize,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            durability: Durability::Immediate,
+            journal_file_size_bytes: 16 << 20,
+            flush_threshold_bytes: 32 << 20,
+            flush_interval_ms: 100,
+            sync_interval_ms: 10_000,
+            sync_threshold_bytes: 256 << 20,
+            scratch_limit_bytes: 4 << 30,
+            scratch_wait_ms: 2_000,
+            readers_max: 1024,
+        }
+    }
+}
+
+/// Counters and gauges of an environment (see [`Environment::stats`]).
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Last committed transaction id.
+    pub txn_id: u64,
+    /// Last transaction whose changes are durable in the data file.
+    pub synced_txn_id: u64,
+    /// Scratch bytes held now, and the most held since open.
+    pub scratch_used_bytes: u64,
+    pub scratch_peak_bytes: u64,
+    /// Pages in the current page translation table (committed, not yet flushed).
+    pub ptt_page_count: u64,
+    /// Registered read (and write) transactions.
+    pub readers_active: usize,
+    /// Commits that wrote a journal record.
+    pub commits: u64,
+    /// Journal records written, bytes written to journals (padding included), and
+    /// uncompressed diff bytes before compression.
+    pub journal_writes: u64,
+    pub journal_bytes_written: u64,
+    pub journal_payload_bytes: u64,
+    /// Page bytes changed by commits (before diffing and compression).
+    pub dirty_page_bytes: u64,
+    /// Flush passes that wrote pages, pages written, syncs done.
+    pub flushes: u64,
+    pub pages_flushed: u64,
+    pub syncs: u64,
+    /// Data file size.
+    pub data_file_size_bytes: u64,
+    /// Merged write requests (see [`Environment::submit`]): transactions and requests.
+    pub merged_transactions: u64,
+    pub merged_requests: u64,
+}
+
+/// Counters updated as the engine runs.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub commits: AtomicU64,
+    pub journal_writes: AtomicU64,
+    pub journal_bytes_written: AtomicU64,
+    pub journal_payload_bytes: AtomicU64,
+    pub dirty_page_bytes: AtomicU64,
+    pub flushes: AtomicU64,
+    pub pages_flushed: AtomicU64,
+    pub syncs: AtomicU64,
+    pub merged_transactions: AtomicU64,
+    pub merged_requests: AtomicU64,
+}
+
+/// Everything an environment owns; shared with the flusher thread.
+pub(crate) struct EnvInner {
+    pub storage: Arc<dyn Storage>,
+    pub options: Options,
+    pub state: ArcSwap<State>,
+    pub readers: ReaderTable,
+    pub writer: Mutex<WriterCore>,
+    /// Serializes publishing states (commit and flush both derive from the current one).
+    pub publish: Mutex<()>,
+    pub data_file: Arc<dyn StorageFile>,
+    pub journal_index: Mutex<JournalIndex>,
+    /// The journal file being written, for the flusher's write-ahead sync in buffered mode.
+    pub journal_file: Mutex<Arc<dyn StorageFile>>,
+    pub current_journal: AtomicU64,
+    pub usage: Arc<ScratchUsage>,
+    pub poison: Mutex<Option<String>>,
+    pub counters: Counters,
+    pub flush_book: Mutex<FlushBook>,
+    pub flusher: Flusher,
+    _lock: Box<dyn std::any::Any + Send + Sync>,
+}
+
+impl EnvInner {
+    /// Refuses writes after a failed sync or journal write.
+    pub fn check_poison(&self) -> Result<()> {
+        match &*self.poison.lock() {
+            Some(cause) => Err(Error::Poisoned {
+                cause: cause.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Marks the environment unusable for writes until reopened. Never retried: after a
+    /// failed fsync the kernel may have dropped the dirty pages (PostgreSQL's fsyncgate).
+    pub fn poison_with(&self, error: &Error) {
+        let mut poison = self.poison.lock();
+        if poison.is_none() {
+            tracing::error!(%error, "environment poisoned");
+            *poison = Some(error.to_string());
+        }
+    }
+}
+
+/// An open environment: a directory holding one Hrafn database.
+///
+/// `Environment` is `Send + Sync`; share it with `Arc`. Dropping it flushes and syncs
+/// everything committed, then releases the directory lock.
+pub struct Environment {
+    pub(crate) inner: Arc<EnvInner>,
+    flusher_thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Environment {
+    /// Opens the environment in directory `path`, creating it if it does not exist, and
+    /// recovers from the journal.
+    ///
+    /// # Errors
+    /// [`Error::Locked`] if another handle has it open; [`Error::Corruption`] if the files
+    /// are damaged beyond a torn journal tail; I/O errors.
+    pub fn open(path: impl AsRef<Path>, options: Options) -> Result<Environment> {
+        let storage = FileStorage::new(path.as_ref())
+            .map_err(|e| Error::io(format!("creating {}", path.as_ref().display()), e))?;
+        Environment::open_with_storage(Arc::new(storage), options)
+    }
+
+    /// Opens an environment on any [`Storage`] (a simulated disk in tests).
+    ///
+    /// # Errors
+    /// As [`Environment::open`].
+    pub fn open_with_storage(storage: Arc<dyn Storage>, options: Options) -> Result<Environment> {
+        if options.readers_max == 0 || options.journal_file_size_bytes < 64 * 1024 {
+            return Err(Error::InvalidArgument(
+                "readers_max must be positive and journal files at least 64 KiB".into(),
+            ));
+        }
+        let lock = storage.lock().map_err(|e| {
+            if e.kind() == std::io::ErrorKind::WouldBlock {
+                Error::Locked
+            } else {
+                Error::io("locking", e)
+            }
+        })?;
+        for name in storage
+            .list("")
+            .map_err(|e| Error::io("listing the directory", e))?
+        {
+            if name.ends_with(".tmp") {
+                storage
+                    .remove(&name)
+                    .map_err(|e| Error::io(format!("removing {name}"), e))?;
+            }
+        }
+        let header = match header::read_newest(&*storage)? {
+            Some(h) => h,
+            None => create(&*storage)?,
+        };
+        let data_file = storage
+            .open(DATA_FILE, FileKind::Data, false)
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => {
+                    Error::corruption(CorruptionSite::Environment, "data file missing")
+                }
+                _ => Error::io("opening the data file", e),
+            })?;
+
+        // Recovery: replay, write the pages, sync, then a header that no longer needs them.
+        let replayed = recovery::replay(&*storage, &header, &*data_file)?;
+        let data_pages_needed = replayed.next_page_number;
+        if replayed.record_count > 0 {
+            data_file
+                .allocate(data_pages_needed * PAGE_SIZE_BYTES as u64)
+                .map_err(|e| Error::io("growing the data file in recovery", e))?;
+            for (page_number, page) in &replayed.pages {
+                write_all_at(&*data_file, page, page_number * PAGE_SIZE_BYTES as u64)
+                    .map_err(|e| Error::io("writing recovered pages", e))?;
+            }
+            data_file
+                .sync_data()
+                .map_err(|e| Error::io("syncing the data file in recovery", e))?;
+        }
+        let journal_index = Mutex::new(JournalIndex::default());
+        let next_journal = replayed.highest_journal_number.max(header.journal_number) + 1;
+        let durable = options.durability == Durability::Immediate;
+        let journal = JournalWriter::start(
+            Arc::clone(&storage),
+            durable,
+            options.journal_file_size_bytes,
+            next_journal,
+            replayed.chain_checksum,
+            &journal_index,
+        )?;
+        let new_header = Header {
+            revision: header.revision + 1,
+            env_id: header.env_id,
+            synced_txn_id: replayed.last_txn_id,
+            journal_number: next_journal,
+            journal_offset_bytes: 0,
+            chain_checksum: replayed.chain_checksum,
+            next_page_number: replayed.next_page_number,
+        };
+        header::write(&*storage, &new_header)?;
+        storage.note(StorageEvent::HeaderDurable {
+            synced_txn_id: replayed.last_txn_id,
+        });
+        retire_old_journals(
+            &*storage,
+            next_journal,
+            &options,
+            &journal_index,
+            replayed.last_txn_id,
+        )?;
+
+        // Map the data file and check the meta page.
+        let data_len = data_file
+            .len()
+            .map_err(|e| Error::io("sizing the data file", e))?;
+        let page_count = data_len / PAGE_SIZE_BYTES as u64;
+        let map = data_file
+            .map(page_count * PAGE_SIZE_BYTES as u64)
+            .map_err(|e| Error::io("mapping the data file", e))?;
+        let state = State {
+            txn_id: replayed.last_txn_id,
+            ptt: Ptt::new(),
+            data: DataView::new(map, page_count, None),
+        };
+        let meta = {
+            use crate::btree::PageSource;
+            Meta::decode((&state).page(META_PAGE_NUMBER)?)?
+        };
+        if meta.next_page_number > page_count {
+            return Err(Error::corruption(
+                CorruptionSite::Environment,
+                format!(
+                    "data file holds {page_count} pages, the meta page counts {}",
+                    meta.next_page_number
+                ),
+            ));
+        }
+        let journal_file = journal.current_file();
+        let writer = WriterCore::new(journal, replayed.last_txn_id, &state, &meta)?;
+        let inner = Arc::new(EnvInner {
+            storage,
+            state: ArcSwap::from_pointee(state),
+            readers: ReaderTable::new(options.readers_max),
+            writer: Mutex::new(writer),
+            publish: Mutex::new(()),
+            data_file,
+            journal_index,
+            journal_file: Mutex::new(journal_file),
+            current_journal: AtomicU64::new(next_journal),
+            usage: Arc::new(ScratchUsage::default()),
+            poison: Mutex::new(None),
+            counters: Counters::default(),
+            flush_book: Mutex::new(FlushBook::new(new_header, data_len)),
+            flusher: Flusher::default(),
+            options,
+            _lock: lock,
+        });
+        let flusher_thread = crate::flush::spawn(Arc::clone(&inner))?;
+        Ok(Environment {
+            inner,
+            flusher_thread: Some(flusher_thread),
+        })
+    }
+
+    /// Starts a read transaction on the latest committed state. Never blocks on writers.
+    ///
+    /// # Errors
+    /// [`Error::ReadersFull`] when `readers_max` transactions are open.
+    pub fn begin_read(&self) -> Result<ReadTxn<'_>> {
+        ReadTxn::begin(&self.inner)
+    }
+
+    /// Starts the write transaction, waiting for the previous one to end.
+    ///
+    /// # Errors
+    /// [`Error::Poisoned`] after a failed write or sync; [`Error::ReadersFull`].
+    pub fn begin_write(&self) -> Result<WriteTxn<'_>> {
+        WriteTxn::begin(&self.inner)
+    }
+
+    /// Writes every committed page to the data file, syncs it and writes a header, so the
+    /// journals can be recycled. Pages an open reader may still need stay in scratch.
+    ///
+    /// # Errors
+    /// I/O errors (which poison the environment).
+    pub fn flush_and_sync(&self) -> Result<()> {
+        crate::flush::flush(&self.inner, true)
+    }
+
+    /// Current counters.
+    pub fn stats(&self) -> Stats {
+        let inner = &self.inner;
+        let state = inner.state.load();
+        let c = &inner.counters;
+        let book = inner.flush_book.lock();
+        Stats {
+            txn_id: state.txn_id,
+            synced_txn_id: book.header.synced_txn_id,
+            scratch_used_bytes: inner.usage.used_bytes(),
+            scratch_peak_bytes: inner.usage.peak_bytes(),
+            ptt_page_count: state.ptt.len() as u64,
+            readers_active: inner.readers.active_count(),
+            commits: c.commits.load(Ordering::Relaxed),
+            journal_writes: c.journal_writes.load(Ordering::Relaxed),
+            journal_bytes_written: c.journal_bytes_written.load(Ordering::Relaxed),
+            journal_payload_bytes: c.journal_payload_bytes.load(Ordering::Relaxed),
+            dirty_page_bytes: c.dirty_page_bytes.load(Ordering::Relaxed),
+            flushes: c.flushes.load(Ordering::Relaxed),
+            pages_flushed: c.pages_flushed.load(Ordering::Relaxed),
+            syncs: c.syncs.load(Ordering::Relaxed),
+            data_file_size_bytes: book.data_size_bytes,
+            merged_transactions: c.merged_transactions.load(Ordering::Relaxed),
+            merged_requests: c.merged_requests.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl Drop for Environment {
+    fn drop(&mut self) {
+        self.inner.flusher.shutdown();
+        if let Some(handle) = self.flusher_thread.take()
+            && handle.join().is_err()
+        {
+            tracing::error!("flusher thread panicked");
+        }
+    }
+}
+
+/// Creates the files of a new environment. The header is written last, through a
+/// temporary file and a rename, so a crash during creation leaves no header and the next
+/// open starts over.
+fn create(storage: &dyn Storage) -> Result<Header> {
+    let io = |what: &'static str| move |e| Error::io(what, e);
+    storage
+        .create_dir("journal")
+        .map_err(io("creating the journal directory"))?;
+    for name in storage.list("journal").map_err(io("listing journals"))? {
+        storage
+            .remove(&format!("journal/{name}"))
+            .map_err(io("removing a stale journal"))?;
+    }
+    if storage
+        .exists(DATA_FILE)
+        .map_err(io("checking the data file"))?
+    {
+        storage
+            .remove(DATA_FILE)
+            .map_err(io("removing a stale data file"))?;
+    }
+    let data = storage
+        .open(DATA_FILE, FileKind::Data, true)
+        .map_err(io("creating the data file"))?;
+    data.allocate(PAGE_SIZE_BYTES as u64 * 16)
+        .map_err(io("allocating the data file"))?;
+    let mut page = vec![0u8; PAGE_SIZE_BYTES];
+    init(&mut page, META_PAGE_NUMBER, PageKind::Meta);
+    Meta::empty().encode(&mut page);
+    seal(&mut page, META_PAGE_NUMBER);
+    write_all_at(&*data, &page, 0).map_err(io("writing the meta page"))?;
+    data.sync_data().map_err(io("syncing the data file"))?;
+    storage
+        .sync_dir("journal")
+        .map_err(io("syncing the journal directory"))?;
+    let header = Header {
+        revision: 0,
+        env_id: random_id(),
+        synced_txn_id: 0,
+        journal_number: 1,
+        journal_offset_bytes: 0,
+        chain_checksum: 0,
+        next_page_number: 1,
+    };
+    let tmp = "header.a.tmp";
+    let file = storage
+        .open(tmp, FileKind::Header, true)
+        .map_err(io("creating the header"))?;
+    write_all_at(&*file, &header.encode(), 0).map_err(io("writing the header"))?;
+    file.sync_data().map_err(io("syncing the header"))?;
+    storage
+        .rename(tmp, header.file_name())
+        .map_err(io("renaming the header"))?;
+    storage
+        .sync_dir("")
+        .map_err(io("syncing the environment directory"))?;
+    Ok(header)
+}
+
+/// Every journal before `current` is covered by the durable header: keep a couple for
+/// reuse, remove the rest.
+fn retire_old_journals(
+    storage: &dyn Storage,
+    current: u64,
+    options: &Options,
+    index: &Mutex<JournalIndex>,
+    synced_txn_id: u64,
+) -> Result<()> {
+    let names = storage
+        .list("journal")
+        .map_err(|e| Error::io("listing journals", e))?;
+    let mut numbers: Vec<u64> = names
+        .iter()
+        .filter_map(|n| crate::journal::writer::parse_journal_file_name(n))
+        .filter(|&n| n < current)
+        .collect();
+    numbers.sort_unstable();
+    for number in numbers {
+        storage.note(StorageEvent::JournalRetire {
+            journal_number: number,
+            last_txn_id: synced_txn_id,
+        });
+        crate::flush::recycle_or_remove(storage, options, index, number)?;
+    }
+    let _ = journal_file_name;
+    Ok(())
+}
+
+fn random_id() -> [u8; 16] {
+    use std::hash::{BuildHasher, Hasher};
+    let mut id = [0u8; 16];
+    for chunk in id.chunks_mut(8) {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0),
+        );
+        chunk.copy_from_slice(&h.finish().to_le_bytes());
+    }
+    id
+}

@@ -1,0 +1,307 @@
+//! The flusher: moves committed pages from scratch to the data file, syncs it, writes the
+//! header and retires journals. Runs on its own thread, off the commit path.
+//!
+//! Flush rule: a page version of transaction `t` goes to the data file only if
+//! `t <= oldest reader`. A reader older than `t` may read the page's previous version from
+//! the data file; every newer reader sees version `t` (or newer) in its own PTT.
+//!
+//! Sync rule: the header may declare transaction `S` synced only when, for every page, the
+//! data file holds its version as of `S` or the journal after `S` rebuilds it: `S` stays
+//! below the oldest version still waiting in scratch (`first_unflushed_txn_id`).
+
+use crate::env::{Durability, EnvInner, Options};
+use crate::error::{Error, Result};
+use crate::header::{self, Header};
+use crate::journal::{JournalIndex, journal_file_name};
+use crate::limits::PAGE_SIZE_BYTES;
+use crate::storage::{Storage, StorageEvent, write_all_at};
+use crate::txn::state::{DataView, State};
+use parking_lot::{Condvar, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// Largest single data-file write; contiguous pages are batched up to this.
+const WRITE_BATCH_BYTES: usize = 4 << 20;
+/// Growth step cap for the data file.
+const GROWTH_STEP_MAX_BYTES: u64 = 1 << 30;
+
+/// What the flusher remembers between passes (guarded by a mutex: one pass at a time).
+pub(crate) struct FlushBook {
+    /// The last durable header.
+    pub header: Header,
+    /// Allocated size of the data file.
+    pub data_size_bytes: u64,
+    pub last_sync: Instant,
+    pub bytes_since_sync: u64,
+}
+
+impl FlushBook {
+    pub fn new(header: Header, data_size_bytes: u64) -> FlushBook {
+        FlushBook {
+            header,
+            data_size_bytes,
+            last_sync: Instant::now(),
+            bytes_since_sync: 0,
+        }
+    }
+}
+
+/// Wake-ups for the flusher thread.
+#[derive(Default)]
+pub(crate) struct Flusher {
+    signal: Mutex<(bool, bool)>, // (kicked, shutdown)
+    condvar: Condvar,
+}
+
+impl Flusher {
+    /// Asks for a flush pass now.
+    pub fn kick(&self) {
+        self.signal.lock().0 = true;
+        self.condvar.notify_one();
+    }
+
+    /// Asks the thread to flush everything and stop.
+    pub fn shutdown(&self) {
+        self.signal.lock().1 = true;
+        self.condvar.notify_one();
+    }
+
+    /// Waits for a kick, shutdown or the timeout; returns whether to stop.
+    fn wait(&self, timeout: Duration) -> bool {
+        let mut signal = self.signal.lock();
+        if !signal.0 && !signal.1 {
+            self.condvar.wait_for(&mut signal, timeout);
+        }
+        signal.0 = false;
+        signal.1
+    }
+}
+
+/// Starts the flusher thread.
+pub(crate) fn spawn(inner: Arc<EnvInner>) -> Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("hrafn-flusher".into())
+        .spawn(move || {
+            let interval = Duration::from_millis(inner.options.flush_interval_ms.max(1));
+            loop {
+                let stop = inner.flusher.wait(interval);
+                if inner.check_poison().is_ok()
+                    && let Err(error) = flush(&inner, stop)
+                {
+                    tracing::warn!(%error, "flush failed");
+                }
+                if stop {
+                    return;
+                }
+            }
+        })
+        .map_err(|e| Error::io("starting the flusher thread", e))
+}
+
+/// One flush pass; with `force_sync` it also syncs whatever it can.
+pub(crate) fn flush(inner: &EnvInner, force_sync: bool) -> Result<()> {
+    inner.check_poison()?;
+    let mut book = inner.flush_book.lock();
+    let state = inner.state.load_full();
+    let bound = inner.readers.oldest(state.txn_id);
+    let batch: Vec<(u64, u64)> = state
+        .ptt
+        .iter()
+        .filter(|(_, e)| e.txn_id <= bound)
+        .map(|(&page_number, e)| (page_number, e.txn_id))
+        .collect();
+    if !batch.is_empty() {
+        write_batch(inner, &mut book, &state, &batch)?;
+    }
+    let due = force_sync
+        || book.bytes_since_sync >= inner.options.sync_threshold_bytes
+        || book.last_sync.elapsed() >= Duration::from_millis(inner.options.sync_interval_ms)
+        || inner.journal_index.lock().active.len() > 2;
+    if due {
+        sync(inner, &mut book)?;
+    }
+    Ok(())
+}
+
+fn write_batch(
+    inner: &EnvInner,
+    book: &mut FlushBook,
+    state: &State,
+    batch: &[(u64, u64)],
+) -> Result<()> {
+    let fail = |error: Error| {
+        inner.poison_with(&error);
+        error
+    };
+    // Write-ahead rule: the records of these versions are durable before any data byte.
+    if inner.options.durability == Durability::None {
+        let file = Arc::clone(&*inner.journal_file.lock());
+        file.sync_data()
+            .map_err(|e| fail(Error::io("syncing the journal before a flush", e)))?;
+    }
+    let txn_id_max = batch.iter().map(|&(_, t)| t).max().unwrap_or(0);
+    inner.storage.note(StorageEvent::DataWrite { txn_id_max });
+
+    let last_page = batch.last().map(|&(p, _)| p).unwrap_or(0);
+    let needed_bytes = (last_page + 1) * PAGE_SIZE_BYTES as u64;
+    let mut new_view = None;
+    if needed_bytes > book.data_size_bytes {
+        // Geometric growth (a quarter of the file, capped) keeps growth rare without
+        // doubling the file; fallocate then map, so the mapping never covers a hole.
+        let step = (book.data_size_bytes / 4).clamp(1 << 20, GROWTH_STEP_MAX_BYTES);
+        let new_size = needed_bytes
+            .max(book.data_size_bytes + step)
+            .next_multiple_of(1 << 20);
+        inner
+            .data_file
+            .allocate(new_size)
+            .map_err(|e| Error::io("growing the data file", e))?;
+        let map = inner
+            .data_file
+            .map(new_size)
+            .map_err(|e| Error::io("mapping the data file", e))?;
+        let page_count = new_size / PAGE_SIZE_BYTES as u64;
+        new_view = Some(DataView::new(map, page_count, Some(&state.data.verified)));
+        book.data_size_bytes = new_size;
+    }
+
+    let mut buf: Vec<u8> = Vec::with_capacity(WRITE_BATCH_BYTES);
+    let mut run_start = 0u64;
+    for &(page_number, _) in batch {
+        let entry = state
+            .ptt
+            .get(&page_number)
+            .expect("batch built from this PTT");
+        let contiguous =
+            !buf.is_empty() && run_start + (buf.len() / PAGE_SIZE_BYTES) as u64 == page_number;
+        if !contiguous || buf.len() >= WRITE_BATCH_BYTES {
+            if !buf.is_empty() {
+                write_all_at(&*inner.data_file, &buf, run_start * PAGE_SIZE_BYTES as u64)
+                    .map_err(|e| fail(Error::io("writing the data file", e)))?;
+            }
+            buf.clear();
+            run_start = page_number;
+        }
+        buf.extend_from_slice(&entry.bytes()[..PAGE_SIZE_BYTES]);
+    }
+    if !buf.is_empty() {
+        write_all_at(&*inner.data_file, &buf, run_start * PAGE_SIZE_BYTES as u64)
+            .map_err(|e| fail(Error::io("writing the data file", e)))?;
+    }
+
+    {
+        let _publish = inner.publish.lock();
+        let current = inner.state.load_full();
+        let mut ptt = current.ptt.clone();
+        for &(page_number, txn_id) in batch {
+            let replacement = match ptt.get(&page_number) {
+                Some(e) if e.txn_id == txn_id => None,
+                Some(e) if e.first_unflushed_txn_id <= txn_id => {
+                    let mut newer = e.clone();
+                    newer.first_unflushed_txn_id = txn_id + 1;
+                    Some(newer)
+                }
+                _ => continue,
+            };
+            match replacement {
+                None => {
+                    ptt.remove(&page_number);
+                }
+                Some(e) => {
+                    ptt.insert(page_number, e);
+                }
+            }
+        }
+        let data = new_view.unwrap_or_else(|| current.data.clone());
+        inner.state.store(Arc::new(State {
+            txn_id: current.txn_id,
+            ptt,
+            data,
+        }));
+    }
+    let bytes = (batch.len() * PAGE_SIZE_BYTES) as u64;
+    book.bytes_since_sync += bytes;
+    inner.counters.flushes.fetch_add(1, Ordering::Relaxed);
+    inner
+        .counters
+        .pages_flushed
+        .fetch_add(batch.len() as u64, Ordering::Relaxed);
+    Ok(())
+}
+
+fn sync(inner: &EnvInner, book: &mut FlushBook) -> Result<()> {
+    let state = inner.state.load_full();
+    let min_unflushed = state.ptt.values().map(|e| e.first_unflushed_txn_id).min();
+    let target = min_unflushed.map_or(state.txn_id, |m| state.txn_id.min(m - 1));
+    if target <= book.header.synced_txn_id {
+        return Ok(());
+    }
+    let Some(end) = inner.journal_index.lock().end_of(target) else {
+        debug_assert!(false, "record {target} not indexed");
+        return Ok(());
+    };
+    let fail = |error: Error| {
+        inner.poison_with(&error);
+        error
+    };
+    inner
+        .data_file
+        .sync_data()
+        .map_err(|e| fail(Error::io("syncing the data file", e)))?;
+    let header = Header {
+        revision: book.header.revision + 1,
+        env_id: book.header.env_id,
+        synced_txn_id: target,
+        journal_number: end.journal_number,
+        journal_offset_bytes: end.end_offset_bytes,
+        chain_checksum: end.checksum,
+        next_page_number: end.next_page_number,
+    };
+    header::write(&*inner.storage, &header).map_err(fail)?;
+    inner.storage.note(StorageEvent::HeaderDurable {
+        synced_txn_id: target,
+    });
+    book.header = header;
+    book.last_sync = Instant::now();
+    book.bytes_since_sync = 0;
+    inner.counters.syncs.fetch_add(1, Ordering::Relaxed);
+    let current = inner.current_journal.load(Ordering::SeqCst);
+    let retired = inner.journal_index.lock().retire_through(target, current);
+    for number in retired {
+        inner.storage.note(StorageEvent::JournalRetire {
+            journal_number: number,
+            last_txn_id: target,
+        });
+        recycle_or_remove(
+            &*inner.storage,
+            &inner.options,
+            &inner.journal_index,
+            number,
+        )?;
+    }
+    Ok(())
+}
+
+/// Keeps a retired journal for reuse (at most two, of the standard size) or removes it.
+pub(crate) fn recycle_or_remove(
+    storage: &dyn Storage,
+    options: &Options,
+    index: &Mutex<JournalIndex>,
+    number: u64,
+) -> Result<()> {
+    let name = journal_file_name(number);
+    let size = storage
+        .open(&name, crate::storage::FileKind::JournalBuffered, false)
+        .and_then(|f| f.len())
+        .map_err(|e| Error::io(format!("sizing {name}"), e))?;
+    let mut index = index.lock();
+    if size <= options.journal_file_size_bytes && index.recyclable.len() < 2 {
+        index.recyclable.push(number);
+        return Ok(());
+    }
+    drop(index);
+    storage
+        .remove(&name)
+        .map_err(|e| Error::io(format!("removing {name}"), e))
+}

@@ -1,0 +1,306 @@
+//! Recovery: replays journal records written after the last sync onto the data file.
+//!
+//! Starting at the header's position, each record must have a valid header checksum, the
+//! expected journal number, the next transaction id, the previous record's checksum, and a
+//! valid payload checksum. The first record failing any of these ends the log — then no
+//! valid record of the same generation may follow anywhere later (that would be a hole:
+//! `Corruption`, never a silent truncation). Replay writes the final version of every touched
+//! page; diffs carry only new bytes, so replaying again after a crash in recovery gives the
+//! same pages.
+
+use super::diff::DiffReader;
+use super::record::{FLAG_COMPRESSED, RECORD_HEADER_SIZE_BYTES, RecordHeader};
+use super::writer::{journal_file_name, parse_journal_file_name};
+use crate::error::{CorruptionSite, Error, Result};
+use crate::header::Header;
+use crate::limits::{JOURNAL_ALIGN_BYTES, PAGE_SIZE_BYTES};
+use crate::storage::{FileKind, Storage, StorageFile, read_exact_at};
+use std::collections::BTreeMap;
+use std::io;
+use std::sync::Arc;
+
+/// What replay found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Replayed {
+    /// Last transaction replayed (the header's synced id if none).
+    pub last_txn_id: u64,
+    /// Chain checksum of that transaction's record.
+    pub chain_checksum: u64,
+    /// Next page number after the last replayed record (the header's if none).
+    pub next_page_number: u64,
+    /// Records replayed.
+    pub record_count: u64,
+    /// Highest journal number present on disk.
+    pub highest_journal_number: u64,
+    /// The final version of every page the records touched.
+    pub pages: BTreeMap<u64, Box<[u8]>>,
+}
+
+/// Reads the records after `header`'s position and returns the resulting pages. Nothing is
+/// written; the caller writes the pages and a new header.
+///
+/// # Errors
+/// [`Error::Corruption`] for a hole, a repeated or skipped transaction id, a broken chain,
+/// or undecodable payloads; I/O errors.
+pub fn replay(storage: &dyn Storage, header: &Header, data: &dyn StorageFile) -> Result<Replayed> {
+    let journals = list_journals(storage)?;
+    let mut out = Replayed {
+        last_txn_id: header.synced_txn_id,
+        chain_checksum: header.chain_checksum,
+        next_page_number: header.next_page_number,
+        record_count: 0,
+        highest_journal_number: journals.last().copied().unwrap_or(0),
+        pages: BTreeMap::new(),
+    };
+    let data_len = data
+        .len()
+        .map_err(|e| Error::io("sizing the data file", e))?;
+    let mut number = header.journal_number;
+    let mut offset = header.journal_offset_bytes;
+    let mut payload = Vec::new();
+    let mut decompressed = Vec::new();
+    loop {
+        let Some(file) = open_journal(storage, &journals, number)? else {
+            // The file the header points into may be retired already when its last record
+            // was the last synced one: the log continues at the start of the next file.
+            if next_starts_chain(storage, &journals, number + 1, &out)? {
+                number += 1;
+                offset = 0;
+                continue;
+            }
+            check_no_hole(storage, &journals, number, offset, out.last_txn_id + 1)?;
+            break;
+        };
+        let site = CorruptionSite::Journal {
+            journal_number: number,
+            offset_bytes: offset,
+        };
+        match read_record(&*file.0, file.1, number, offset, &out, &mut payload, &site)? {
+            Some(rec) => {
+                apply(
+                    &rec,
+                    &payload,
+                    &mut decompressed,
+                    data,
+                    data_len,
+                    &mut out,
+                    &site,
+                )?;
+                offset += rec.record_size_bytes;
+            }
+            None if next_starts_chain(storage, &journals, number + 1, &out)? => {
+                // The writer moved on to the next file because this record did not fit.
+                number += 1;
+                offset = 0;
+            }
+            None => {
+                check_no_hole(storage, &journals, number, offset, out.last_txn_id + 1)?;
+                break;
+            }
+        }
+    }
+    Ok(out)
+}
+
+type JournalFile = (Arc<dyn StorageFile>, u64);
+
+fn list_journals(storage: &dyn Storage) -> Result<Vec<u64>> {
+    let names = match storage.list("journal") {
+        Ok(names) => names,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(Error::io("listing journals", e)),
+    };
+    let mut numbers: Vec<u64> = names
+        .iter()
+        .filter_map(|n| parse_journal_file_name(n))
+        .collect();
+    numbers.sort_unstable();
+    Ok(numbers)
+}
+
+fn open_journal(
+    storage: &dyn Storage,
+    journals: &[u64],
+    number: u64,
+) -> Result<Option<JournalFile>> {
+    if journals.binary_search(&number).is_err() {
+        return Ok(None);
+    }
+    let name = journal_file_name(number);
+    let file = storage
+        .open(&name, FileKind::JournalBuffered, false)
+        .map_err(|e| Error::io(format!("opening {name}"), e))?;
+    let len = file
+        .len()
+        .map_err(|e| Error::io(format!("sizing {name}"), e))?;
+    Ok(Some((file, len)))
+}
+
+fn next_starts_chain(
+    storage: &dyn Storage,
+    journals: &[u64],
+    number: u64,
+    out: &Replayed,
+) -> Result<bool> {
+    let Some((file, len)) = open_journal(storage, journals, number)? else {
+        return Ok(false);
+    };
+    let site = CorruptionSite::Journal {
+        journal_number: number,
+        offset_bytes: 0,
+    };
+    let mut payload = Vec::new();
+    Ok(read_record(&*file, len, number, 0, out, &mut payload, &site)?.is_some())
+}
+
+/// Reads and fully validates the record at `offset`. `Ok(None)` = not a valid next record
+/// (end of log candidate); `Err` only for definite corruption (valid header, wrong order).
+fn read_record(
+    file: &dyn StorageFile,
+    file_len: u64,
+    number: u64,
+    offset: u64,
+    out: &Replayed,
+    payload: &mut Vec<u8>,
+    site: &CorruptionSite,
+) -> Result<Option<RecordHeader>> {
+    if offset + JOURNAL_ALIGN_BYTES as u64 > file_len {
+        return Ok(None);
+    }
+    let mut head = [0u8; RECORD_HEADER_SIZE_BYTES];
+    read_exact_at(file, &mut head, offset).map_err(|e| Error::io("reading a journal record", e))?;
+    let Ok(rec) = RecordHeader::decode(&head, site) else {
+        return Ok(None);
+    };
+    if rec.journal_number != number {
+        return Ok(None); // a record from an earlier use of a recycled file
+    }
+    let expected = out.last_txn_id + 1;
+    if rec.txn_id != expected {
+        return Err(Error::corruption(
+            site.clone(),
+            format!(
+                "transaction id {} where {expected} was expected",
+                rec.txn_id
+            ),
+        ));
+    }
+    if rec.prev_checksum != out.chain_checksum {
+        return Err(Error::corruption(site.clone(), "hash chain broken"));
+    }
+    if offset + rec.record_size_bytes > file_len {
+        return Ok(None);
+    }
+    let size = usize::try_from(rec.payload_size_bytes)
+        .map_err(|_| Error::corruption(site.clone(), "payload too large"))?;
+    payload.resize(size, 0);
+    read_exact_at(file, payload, offset + RECORD_HEADER_SIZE_BYTES as u64)
+        .map_err(|e| Error::io("reading a journal payload", e))?;
+    if super::record::payload_checksum(payload, rec.txn_id) != rec.payload_checksum {
+        return Ok(None); // torn payload
+    }
+    Ok(Some(rec))
+}
+
+fn apply(
+    rec: &RecordHeader,
+    payload: &[u8],
+    decompressed: &mut Vec<u8>,
+    data: &dyn StorageFile,
+    data_len: u64,
+    out: &mut Replayed,
+    site: &CorruptionSite,
+) -> Result<()> {
+    let diffs: &[u8] = if rec.flags & FLAG_COMPRESSED != 0 {
+        let size = usize::try_from(rec.uncompressed_size_bytes)
+            .map_err(|_| Error::corruption(site.clone(), "payload too large"))?;
+        decompressed.resize(size, 0);
+        let n = lz4_flex::block::decompress_into(payload, decompressed).map_err(|e| {
+            Error::corruption(site.clone(), format!("payload does not decode: {e}"))
+        })?;
+        if n != size {
+            return Err(Error::corruption(
+                site.clone(),
+                "payload decodes to the wrong size",
+            ));
+        }
+        decompressed
+    } else {
+        payload
+    };
+    let mut reader = DiffReader::new(diffs, site.clone());
+    while let Some(entry) = reader.next_entry()? {
+        let page_number = entry.page_number;
+        if page_number >= rec.next_page_number {
+            return Err(Error::corruption(
+                site.clone(),
+                "diff for a page beyond the file's end",
+            ));
+        }
+        if !out.pages.contains_key(&page_number) {
+            let mut page = vec![0u8; PAGE_SIZE_BYTES].into_boxed_slice();
+            let at = page_number * PAGE_SIZE_BYTES as u64;
+            if at + PAGE_SIZE_BYTES as u64 <= data_len {
+                read_exact_at(data, &mut page, at)
+                    .map_err(|e| Error::io("reading a data page", e))?;
+            }
+            out.pages.insert(page_number, page);
+        }
+        let page = out.pages.get_mut(&page_number).expect("inserted above");
+        entry.apply(page);
+    }
+    out.last_txn_id = rec.txn_id;
+    out.chain_checksum = rec.checksum;
+    out.next_page_number = rec.next_page_number;
+    out.record_count += 1;
+    Ok(())
+}
+
+/// After the log ended at (`number`, `offset`), no valid record of transaction
+/// `>= next_txn_id` written into its own journal may exist later: that would be a hole.
+fn check_no_hole(
+    storage: &dyn Storage,
+    journals: &[u64],
+    number: u64,
+    offset: u64,
+    next_txn_id: u64,
+) -> Result<()> {
+    let later = journals.iter().copied().filter(|&n| n > number);
+    for (n, start) in
+        std::iter::once((number, offset + JOURNAL_ALIGN_BYTES as u64)).chain(later.map(|n| (n, 0)))
+    {
+        let Some((file, len)) = open_journal(storage, journals, n)? else {
+            continue;
+        };
+        let mut chunk = vec![0u8; 1 << 20];
+        let mut at = start;
+        while at + JOURNAL_ALIGN_BYTES as u64 <= len {
+            let want =
+                ((len - at) as usize).min(chunk.len()) / JOURNAL_ALIGN_BYTES * JOURNAL_ALIGN_BYTES;
+            read_exact_at(&*file, &mut chunk[..want], at)
+                .map_err(|e| Error::io("scanning a journal", e))?;
+            for block in 0..want / JOURNAL_ALIGN_BYTES {
+                let site = CorruptionSite::Journal {
+                    journal_number: n,
+                    offset_bytes: at + (block * JOURNAL_ALIGN_BYTES) as u64,
+                };
+                let bytes = &chunk[block * JOURNAL_ALIGN_BYTES..][..RECORD_HEADER_SIZE_BYTES];
+                if let Ok(rec) = RecordHeader::decode(bytes, &site)
+                    && rec.journal_number == n
+                    && rec.txn_id >= next_txn_id
+                {
+                    return Err(Error::corruption(
+                        site,
+                        format!(
+                            "valid record of transaction {} after the end of the log at journal \
+                             {number} byte {offset}: a hole",
+                            rec.txn_id
+                        ),
+                    ));
+                }
+            }
+            at += want as u64;
+        }
+    }
+    Ok(())
+}

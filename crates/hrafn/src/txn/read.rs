@@ -1,0 +1,198 @@
+//! Read transactions: a registered slot plus the state they started on.
+
+use super::state::State;
+use crate::btree::{self, PageSource, Range, TreeHeader};
+use crate::env::EnvInner;
+use crate::error::{Error, Result};
+use crate::meta::{self, META_PAGE_NUMBER};
+use std::ops::RangeBounds;
+use std::sync::Arc;
+
+/// A read transaction: a consistent snapshot of the environment as of its start.
+///
+/// It never blocks and is never blocked by writers. Slices it returns borrow from it and
+/// stay valid until it drops. While it lives, pages it can see stay in scratch, so a very
+/// long reader makes scratch grow (see [`crate::Stats::scratch_used_bytes`]).
+pub struct ReadTxn<'env> {
+    env: &'env EnvInner,
+    slot: usize,
+    state: Arc<State>,
+}
+
+impl<'env> ReadTxn<'env> {
+    pub(crate) fn begin(env: &'env EnvInner) -> Result<ReadTxn<'env>> {
+        let (slot, state) = env.readers.register(&env.state)?;
+        Ok(ReadTxn { env, slot, state })
+    }
+
+    /// The id of the last transaction this snapshot includes.
+    pub fn txn_id(&self) -> u64 {
+        self.state.txn_id
+    }
+
+    /// Opens the named tree.
+    ///
+    /// # Errors
+    /// [`Error::TreeNotFound`] if it does not exist; corruption.
+    pub fn open_tree(&self, name: &str) -> Result<Tree<'_>> {
+        let src: &State = &self.state;
+        match lookup_tree(src, name)? {
+            Some(header) => Ok(Tree { src, header }),
+            None => Err(Error::TreeNotFound {
+                name: name.to_owned(),
+            }),
+        }
+    }
+
+    /// Names of all trees, in order.
+    ///
+    /// # Errors
+    /// Corruption.
+    pub fn list_trees(&self) -> Result<Vec<String>> {
+        list_trees(&*self.state)
+    }
+}
+
+impl Drop for ReadTxn<'_> {
+    fn drop(&mut self) {
+        self.env.readers.release(self.slot);
+    }
+}
+
+/// Reads the root tree's root page from the meta page.
+pub(crate) fn root_tree<'a, S: PageSource<'a>>(src: S) -> Result<TreeHeader> {
+    let page = src.page(META_PAGE_NUMBER)?;
+    let meta = meta::Meta::decode(page)?;
+    Ok(TreeHeader {
+        root_page: meta.root_page,
+        entry_count: meta.tree_count,
+    })
+}
+
+/// Finds a named tree's header.
+pub(crate) fn lookup_tree<'a, S: PageSource<'a>>(src: S, name: &str) -> Result<Option<TreeHeader>> {
+    let root = root_tree(src)?;
+    if root.root_page == 0 {
+        return Ok(None);
+    }
+    match btree::get(src, root.root_page, name.as_bytes())? {
+        Some(bytes) => Ok(Some(TreeHeader::decode(bytes, root.root_page)?)),
+        None => Ok(None),
+    }
+}
+
+/// Names of all trees.
+pub(crate) fn list_trees<'a, S: PageSource<'a>>(src: S) -> Result<Vec<String>> {
+    let root = root_tree(src)?;
+    if root.root_page == 0 {
+        return Ok(Vec::new());
+    }
+    let mut names = Vec::new();
+    for item in Range::new(
+        src,
+        root.root_page,
+        std::ops::Bound::Unbounded,
+        std::ops::Bound::Unbounded,
+    )? {
+        let (k, _) = item?;
+        names.push(String::from_utf8_lossy(k).into_owned());
+    }
+    Ok(names)
+}
+
+/// Converts a range of user keys to bounds over byte slices.
+pub(crate) fn bounds<'a, K: AsRef<[u8]> + 'a, R: RangeBounds<K>>(
+    range: &'a R,
+) -> (std::ops::Bound<&'a [u8]>, std::ops::Bound<&'a [u8]>) {
+    fn map<K: AsRef<[u8]>>(b: std::ops::Bound<&K>) -> std::ops::Bound<&[u8]> {
+        use std::ops::Bound;
+        match b {
+            Bound::Included(k) => Bound::Included(k.as_ref()),
+            Bound::Excluded(k) => Bound::Excluded(k.as_ref()),
+            Bound::Unbounded => Bound::Unbounded,
+        }
+    }
+    (map(range.start_bound()), map(range.end_bound()))
+}
+
+/// The smallest key greater than every key starting with `prefix`, if any.
+pub(crate) fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xFF {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
+}
+
+/// A named tree in a read transaction.
+pub struct Tree<'t> {
+    src: &'t State,
+    header: TreeHeader,
+}
+
+impl<'t> Tree<'t> {
+    /// The value of `key`, borrowed from the transaction.
+    ///
+    /// # Errors
+    /// Corruption.
+    #[inline]
+    pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<&'t [u8]>> {
+        btree::get(self.src, self.header.root_page, key.as_ref())
+    }
+
+    /// Entries with keys in `range`, in order (reversible with `.rev()`).
+    ///
+    /// # Errors
+    /// Corruption met while positioning.
+    pub fn range<K: AsRef<[u8]>, R: RangeBounds<K>>(
+        &self,
+        range: R,
+    ) -> Result<Range<'t, &'t State>> {
+        let (start, end) = bounds(&range);
+        Range::new(self.src, self.header.root_page, start, end)
+    }
+
+    /// All entries in order.
+    ///
+    /// # Errors
+    /// Corruption met while positioning.
+    pub fn iter(&self) -> Result<Range<'t, &'t State>> {
+        self.range::<&[u8], _>(..)
+    }
+
+    /// Entries whose keys start with `prefix`.
+    ///
+    /// # Errors
+    /// Corruption met while positioning.
+    pub fn prefix(&self, prefix: impl AsRef<[u8]>) -> Result<Range<'t, &'t State>> {
+        use std::ops::Bound;
+        let prefix = prefix.as_ref();
+        match prefix_end(prefix) {
+            Some(end) => Range::new(
+                self.src,
+                self.header.root_page,
+                Bound::Included(prefix),
+                Bound::Excluded(&end),
+            ),
+            None => Range::new(
+                self.src,
+                self.header.root_page,
+                Bound::Included(prefix),
+                Bound::Unbounded,
+            ),
+        }
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> u64 {
+        self.header.entry_count
+    }
+
+    /// Whether the tree is empty.
+    pub fn is_empty(&self) -> bool {
+        self.header.entry_count == 0
+    }
+}

@@ -1,0 +1,91 @@
+//! The active-reader table: one slot per live read (or write) transaction holding the id of
+//! the state it reads. The flusher takes the minimum as the oldest reader and never writes
+//! to the data file a page version newer than that, because such a reader may still read
+//! the page's older version from the data file.
+
+use super::state::State;
+use crate::error::{Error, Result};
+use arc_swap::ArcSwap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+const FREE: u64 = u64::MAX;
+
+/// A slot on its own cache line, so readers on different cores do not share one.
+#[repr(align(64))]
+struct Slot(AtomicU64);
+
+/// Fixed table of reader slots.
+pub struct ReaderTable {
+    slots: Box<[Slot]>,
+    hint: AtomicUsize,
+}
+
+impl ReaderTable {
+    /// A table of `readers_max` slots.
+    pub fn new(readers_max: usize) -> ReaderTable {
+        assert!(readers_max > 0, "at least one reader slot");
+        ReaderTable {
+            slots: (0..readers_max)
+                .map(|_| Slot(AtomicU64::new(FREE)))
+                .collect(),
+            hint: AtomicUsize::new(0),
+        }
+    }
+
+    /// Registers a reader and returns its slot and the state it must read.
+    ///
+    /// The slot is published before the state is loaded, and the loaded state is at least
+    /// as new as the published id, so the flusher (which reads slots after loading the
+    /// current state) can never miss a reader it could harm.
+    ///
+    /// # Errors
+    /// [`Error::ReadersFull`] when every slot is taken.
+    pub fn register(&self, current: &ArcSwap<State>) -> Result<(usize, Arc<State>)> {
+        let n = self.slots.len();
+        let start = self.hint.fetch_add(1, Ordering::Relaxed) % n;
+        let floor = current.load().txn_id;
+        for i in 0..n {
+            let slot = (start + i) % n;
+            if self.slots[slot]
+                .0
+                .compare_exchange(FREE, floor, Ordering::SeqCst, Ordering::Relaxed)
+                .is_ok()
+            {
+                loop {
+                    let state = current.load_full();
+                    if state.txn_id >= floor {
+                        // Raising the slot to what it really reads only lets the flusher
+                        // go further on pages this reader sees in its own PTT.
+                        self.slots[slot].0.store(state.txn_id, Ordering::SeqCst);
+                        return Ok((slot, state));
+                    }
+                }
+            }
+        }
+        Err(Error::ReadersFull { readers_max: n })
+    }
+
+    /// Frees a slot.
+    pub fn release(&self, slot: usize) {
+        let old = self.slots[slot].0.swap(FREE, Ordering::SeqCst);
+        debug_assert_ne!(old, FREE, "released a free slot");
+    }
+
+    /// The oldest state id any registered reader may read, or `current` if none is older.
+    pub fn oldest(&self, current: u64) -> u64 {
+        self.slots
+            .iter()
+            .map(|s| s.0.load(Ordering::SeqCst))
+            .filter(|&v| v != FREE)
+            .fold(current, u64::min)
+    }
+
+    /// Registered readers.
+    pub fn active_count(&self) -> usize {
+        self.slots
+            .iter()
+            .filter(|s| s.0.load(Ordering::Relaxed) != FREE)
+            .count()
+    }
+}

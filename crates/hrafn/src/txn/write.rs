@@ -1,0 +1,563 @@
+//! The write transaction: copy-on-write into scratch, commit through the journal, publish.
+
+use super::read::{bounds, list_trees, lookup_tree, prefix_end};
+use super::state::State;
+use crate::btree::{self, PageSource, PageStore, Range, TreeHeader, write as tree_write};
+use crate::env::EnvInner;
+use crate::error::{Error, Result};
+use crate::journal::JournalWriter;
+use crate::journal::diff::encode_page;
+use crate::journal::record::RecordHeader;
+use crate::limits::{KEY_SIZE_MAX_BYTES, PAGE_SIZE_BYTES, VALUE_SIZE_MAX_BYTES};
+use crate::meta::{META_PAGE_NUMBER, Meta};
+use crate::page::{PageKind, init, seal, span_pages};
+use crate::scratch::{PageBuf, PttEntry};
+use parking_lot::MutexGuard;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::ops::RangeBounds;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// Hasher for page numbers: one multiply, no per-lookup state (page numbers are not
+/// attacker-chosen keys).
+#[derive(Default)]
+pub struct PageHasher(u64);
+
+impl Hasher for PageHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29);
+    }
+}
+
+type DirtyMap = HashMap<u64, PageBuf, BuildHasherDefault<PageHasher>>;
+
+/// State the single writer keeps between transactions (guarded by the write lock).
+pub struct WriterCore {
+    pub(crate) journal: JournalWriter,
+    pub(crate) last_txn_id: u64,
+    /// First bitmap that may hold a free bit, and the number of free pages.
+    pub(crate) free_hint: usize,
+    pub(crate) free_pages: u64,
+    payload: Vec<u8>,
+}
+
+impl WriterCore {
+    pub(crate) fn new(
+        journal: JournalWriter,
+        last_txn_id: u64,
+        state: &State,
+        meta: &Meta,
+    ) -> Result<WriterCore> {
+        let mut free_pages = 0;
+        for &bitmap in &meta.bitmaps {
+            free_pages += crate::freespace::count_free(state.page(bitmap)?);
+        }
+        Ok(WriterCore {
+            journal,
+            last_txn_id,
+            free_hint: 0,
+            free_pages,
+            payload: Vec::new(),
+        })
+    }
+}
+
+/// A named tree being written.
+pub(crate) struct OpenTree {
+    name: Box<str>,
+    header: TreeHeader,
+    changed: bool,
+}
+
+/// The write transaction. Only one exists at a time; [`crate::Environment::begin_write`]
+/// waits for the previous one to end. Dropping it without [`WriteTxn::commit`] aborts.
+pub struct WriteTxn<'env> {
+    pub(crate) env: &'env EnvInner,
+    pub(crate) core: MutexGuard<'env, WriterCore>,
+    pub(crate) base: Arc<State>,
+    slot: usize,
+    pub(crate) txn_id: u64,
+    pub(crate) dirty: DirtyMap,
+    pub(crate) meta: Meta,
+    meta_at_begin: Meta,
+    trees: Vec<OpenTree>,
+    pub(crate) freed: Vec<(u64, u64)>,
+    pub(crate) free_hint: usize,
+    pub(crate) free_pages: u64,
+}
+
+impl<'env> WriteTxn<'env> {
+    pub(crate) fn begin(env: &'env EnvInner) -> Result<WriteTxn<'env>> {
+        env.check_poison()?;
+        let core = env.writer.lock();
+        env.check_poison()?;
+        let (slot, base) = env.readers.register(&env.state)?;
+        let meta = match Meta::decode(match (&*base).page(META_PAGE_NUMBER) {
+            Ok(p) => p,
+            Err(e) => {
+                env.readers.release(slot);
+                return Err(e);
+            }
+        }) {
+            Ok(m) => m,
+            Err(e) => {
+                env.readers.release(slot);
+                return Err(e);
+            }
+        };
+        debug_assert_eq!(
+            base.txn_id, core.last_txn_id,
+            "the writer sees the last commit"
+        );
+        Ok(WriteTxn {
+            env,
+            txn_id: core.last_txn_id + 1,
+            free_hint: core.free_hint,
+            free_pages: core.free_pages,
+            core,
+            base,
+            slot,
+            dirty: DirtyMap::default(),
+            meta_at_begin: meta.clone(),
+            meta,
+            trees: Vec::new(),
+            freed: Vec::new(),
+        })
+    }
+
+    /// The id this transaction commits as.
+    pub fn txn_id(&self) -> u64 {
+        self.txn_id
+    }
+
+    /// Opens the named tree, creating it if it does not exist.
+    ///
+    /// # Errors
+    /// [`Error::KeyTooLarge`] for a name over the key limit; corruption; scratch full.
+    pub fn open_tree(&mut self, name: &str) -> Result<TreeMut<'_, 'env>> {
+        let index = self.tree_index(name, true)?.expect("created when missing");
+        Ok(TreeMut { txn: self, index })
+    }
+
+    /// Deletes the named tree and frees its pages. Returns false if it did not exist.
+    ///
+    /// # Errors
+    /// Corruption; scratch full.
+    pub fn delete_tree(&mut self, name: &str) -> Result<bool> {
+        let Some(index) = self.tree_index(name, false)? else {
+            return Ok(false);
+        };
+        let tree = self.trees.remove(index);
+        tree_write::drop_tree(self, &tree.header)?;
+        let mut root = TreeHeader {
+            root_page: self.meta.root_page,
+            entry_count: self.meta.tree_count,
+        };
+        tree_write::remove(self, &mut root, name.as_bytes())?;
+        self.meta.root_page = root.root_page;
+        self.meta.tree_count = root.entry_count;
+        Ok(true)
+    }
+
+    /// Names of all trees, as this transaction sees them.
+    ///
+    /// # Errors
+    /// Corruption.
+    pub fn list_trees(&mut self) -> Result<Vec<String>> {
+        self.write_back_trees()?;
+        list_trees(&*self)
+    }
+
+    fn tree_index(&mut self, name: &str, create: bool) -> Result<Option<usize>> {
+        if name.len() > KEY_SIZE_MAX_BYTES {
+            return Err(Error::KeyTooLarge {
+                size_bytes: name.len(),
+                limit_bytes: KEY_SIZE_MAX_BYTES,
+            });
+        }
+        if let Some(i) = self.trees.iter().position(|t| &*t.name == name) {
+            return Ok(Some(i));
+        }
+        let header = match lookup_tree(&*self, name)? {
+            Some(h) => h,
+            None if create => {
+                let header = tree_write::create(self)?;
+                self.trees.push(OpenTree {
+                    name: name.into(),
+                    header,
+                    changed: true,
+                });
+                return Ok(Some(self.trees.len() - 1));
+            }
+            None => return Ok(None),
+        };
+        self.trees.push(OpenTree {
+            name: name.into(),
+            header,
+            changed: false,
+        });
+        Ok(Some(self.trees.len() - 1))
+    }
+
+    /// Stores changed tree headers into the root tree.
+    fn write_back_trees(&mut self) -> Result<()> {
+        let mut trees = std::mem::take(&mut self.trees);
+        let result = (|| {
+            for tree in trees.iter_mut().filter(|t| t.changed) {
+                if self.meta.root_page == 0 {
+                    self.meta.root_page = tree_write::create(self)?.root_page;
+                }
+                let mut root = TreeHeader {
+                    root_page: self.meta.root_page,
+                    entry_count: self.meta.tree_count,
+                };
+                tree_write::insert(self, &mut root, tree.name.as_bytes(), &tree.header.encode())?;
+                self.meta.root_page = root.root_page;
+                self.meta.tree_count = root.entry_count;
+                tree.changed = false;
+            }
+            Ok(())
+        })();
+        self.trees = trees;
+        result
+    }
+
+    /// Makes the transaction durable and visible. Returns when its journal record is on
+    /// disk (with [`crate::Durability::Immediate`]).
+    ///
+    /// # Errors
+    /// I/O errors writing the journal poison the environment (the record may be partly
+    /// written); [`Error::ScratchFull`]; corruption met while finishing tree updates.
+    pub fn commit(mut self) -> Result<()> {
+        self.env.check_poison()?;
+        self.write_back_trees()?;
+        let freed = std::mem::take(&mut self.freed);
+        for (page_number, count) in freed {
+            self.release_run(page_number, count)?;
+        }
+        if self.dirty.is_empty() && self.meta == self.meta_at_begin {
+            return Ok(()); // read-only: nothing to journal
+        }
+        if self.meta != self.meta_at_begin {
+            let meta = self.meta.clone();
+            let page = self.page_mut(META_PAGE_NUMBER)?;
+            meta.encode(page);
+        }
+        let txn_id = self.txn_id;
+        let env = self.env;
+
+        // Seal and diff, in page order (sequential for replay, deterministic for tests).
+        let mut page_numbers: Vec<u64> = self.dirty.keys().copied().collect();
+        page_numbers.sort_unstable();
+        let mut payload = std::mem::take(&mut self.core.payload);
+        payload.clear();
+        let mut page_count = 0u32;
+        let mut dirty_bytes = 0u64;
+        for &page_number in &page_numbers {
+            let buf = self.dirty.get_mut(&page_number).expect("listed above");
+            seal(buf.bytes_mut(), page_number);
+            dirty_bytes += buf.bytes().len() as u64;
+            for (i, new) in buf.bytes().chunks_exact(PAGE_SIZE_BYTES).enumerate() {
+                let number = page_number + i as u64;
+                if encode_page(&mut payload, number, new, self.base.page_raw(number)) {
+                    page_count += 1;
+                }
+            }
+        }
+        let header = RecordHeader {
+            flags: 0,
+            txn_id,
+            journal_number: 0,
+            prev_checksum: 0,
+            payload_size_bytes: 0,
+            uncompressed_size_bytes: 0,
+            record_size_bytes: 0,
+            page_count,
+            next_page_number: self.meta.next_page_number,
+            root_page: self.meta.root_page,
+            timestamp_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(0),
+            payload_checksum: 0,
+            checksum: 0,
+        };
+        let before = (
+            self.core.journal.bytes_written,
+            self.core.journal.journal_number(),
+        );
+        let appended = self
+            .core
+            .journal
+            .append(header, &payload, &env.journal_index);
+        self.core.payload = payload;
+        if let Err(error) = appended {
+            env.poison_with(&error);
+            return Err(error);
+        }
+        let after_number = self.core.journal.journal_number();
+        if after_number != before.1 {
+            *env.journal_file.lock() = self.core.journal.current_file();
+            env.current_journal.store(after_number, Ordering::SeqCst);
+        }
+        let c = &env.counters;
+        c.commits.fetch_add(1, Ordering::Relaxed);
+        c.journal_writes.fetch_add(1, Ordering::Relaxed);
+        c.journal_bytes_written.fetch_add(
+            self.core.journal.bytes_written - before.0,
+            Ordering::Relaxed,
+        );
+        c.journal_payload_bytes
+            .fetch_add(self.core.payload.len() as u64, Ordering::Relaxed);
+        c.dirty_page_bytes.fetch_add(dirty_bytes, Ordering::Relaxed);
+
+        // Publish: the new PTT entries on top of the current state (the flusher may have
+        // removed entries since this transaction began).
+        {
+            let _publish = env.publish.lock();
+            let current = env.state.load_full();
+            let mut ptt = current.ptt.clone();
+            for (page_number, buf) in self.dirty.drain() {
+                let buf = Arc::new(buf);
+                for i in 0..buf.page_count() {
+                    let number = page_number + i as u64;
+                    let first_unflushed_txn_id = current
+                        .ptt
+                        .get(&number)
+                        .map_or(txn_id, |e| e.first_unflushed_txn_id);
+                    ptt.insert(
+                        number,
+                        PttEntry {
+                            txn_id,
+                            first_unflushed_txn_id,
+                            buf: Arc::clone(&buf),
+                            index_in_buf: i as u32,
+                        },
+                    );
+                }
+            }
+            env.state.store(Arc::new(State {
+                txn_id,
+                ptt,
+                data: current.data.clone(),
+            }));
+        }
+        self.core.last_txn_id = txn_id;
+        self.core.free_hint = self.free_hint;
+        self.core.free_pages = self.free_pages;
+        let unflushed = env.usage.used_bytes();
+        if unflushed >= env.options.flush_threshold_bytes {
+            env.flusher.kick();
+        }
+        Ok(())
+    }
+
+    /// Discards every change (the same as dropping the transaction).
+    pub fn abort(self) {}
+
+    /// Waits for scratch room for `bytes` more, then fails with [`Error::ScratchFull`].
+    fn reserve_scratch(&self, bytes: u64) -> Result<()> {
+        let limit = self.env.options.scratch_limit_bytes;
+        let mut waited_ms = 0;
+        loop {
+            let used = self.env.usage.used_bytes();
+            if used + bytes <= limit {
+                return Ok(());
+            }
+            if waited_ms >= self.env.options.scratch_wait_ms {
+                return Err(Error::ScratchFull {
+                    used_bytes: used,
+                    limit_bytes: limit,
+                });
+            }
+            self.env.flusher.kick();
+            std::thread::sleep(Duration::from_millis(5));
+            waited_ms += 5;
+        }
+    }
+}
+
+impl Drop for WriteTxn<'_> {
+    fn drop(&mut self) {
+        self.env.readers.release(self.slot);
+    }
+}
+
+impl<'a> PageSource<'a> for &'a WriteTxn<'_> {
+    #[inline]
+    fn page(self, page_number: u64) -> Result<&'a [u8]> {
+        match self.dirty.get(&page_number) {
+            Some(buf) => Ok(buf.bytes()),
+            None => (&*self.base).page(page_number),
+        }
+    }
+}
+
+impl PageStore for WriteTxn<'_> {
+    #[inline]
+    fn page(&self, page_number: u64) -> Result<&[u8]> {
+        PageSource::page(self, page_number)
+    }
+
+    fn page_mut(&mut self, page_number: u64) -> Result<&mut [u8]> {
+        if !self.dirty.contains_key(&page_number) {
+            self.reserve_scratch(PAGE_SIZE_BYTES as u64)?;
+            let source = (&*self.base).page(page_number)?;
+            if span_pages(source, page_number)? != 1 {
+                return Err(crate::page::corrupt(
+                    page_number,
+                    "in-place edit of an overflow run",
+                ));
+            }
+            let buf = PageBuf::copy_of(&source[..PAGE_SIZE_BYTES], &self.env.usage);
+            self.dirty.insert(page_number, buf);
+        }
+        Ok(self
+            .dirty
+            .get_mut(&page_number)
+            .expect("inserted above")
+            .bytes_mut())
+    }
+
+    fn allocate(&mut self, page_count: u64, kind: PageKind) -> Result<u64> {
+        let pages = usize::try_from(page_count).map_err(|_| Error::LimitExceeded {
+            what: "run length".into(),
+        })?;
+        self.reserve_scratch(page_count * PAGE_SIZE_BYTES as u64)?;
+        let first = self.allocate_run(page_count)?;
+        let mut buf = PageBuf::zeroed(pages, &self.env.usage);
+        init(buf.bytes_mut(), first, kind);
+        let replaced = self.dirty.insert(first, buf);
+        debug_assert!(
+            replaced.is_none(),
+            "allocated page {first} was already dirty"
+        );
+        Ok(first)
+    }
+
+    fn free(&mut self, page_number: u64, page_count: u64) {
+        self.freed.push((page_number, page_count));
+    }
+}
+
+/// A named tree opened for writing; borrows the write transaction.
+pub struct TreeMut<'t, 'env> {
+    txn: &'t mut WriteTxn<'env>,
+    index: usize,
+}
+
+impl TreeMut<'_, '_> {
+    fn header(&self) -> TreeHeader {
+        self.txn.trees[self.index].header
+    }
+
+    fn set_header(&mut self, header: TreeHeader) {
+        let tree = &mut self.txn.trees[self.index];
+        if tree.header != header {
+            tree.header = header;
+            tree.changed = true;
+        }
+    }
+
+    /// Inserts or replaces `key`. Returns true if a value was replaced.
+    ///
+    /// # Errors
+    /// [`Error::KeyTooLarge`], [`Error::ValueTooLarge`], [`Error::ScratchFull`], corruption.
+    pub fn insert(&mut self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<bool> {
+        let (key, value) = (key.as_ref(), value.as_ref());
+        if key.len() > KEY_SIZE_MAX_BYTES {
+            return Err(Error::KeyTooLarge {
+                size_bytes: key.len(),
+                limit_bytes: KEY_SIZE_MAX_BYTES,
+            });
+        }
+        if value.len() > VALUE_SIZE_MAX_BYTES {
+            return Err(Error::ValueTooLarge {
+                size_bytes: value.len(),
+                limit_bytes: VALUE_SIZE_MAX_BYTES,
+            });
+        }
+        let mut header = self.header();
+        let replaced = tree_write::insert(self.txn, &mut header, key, value)?;
+        self.set_header(header);
+        Ok(replaced)
+    }
+
+    /// Removes `key`. Returns true if it was present.
+    ///
+    /// # Errors
+    /// [`Error::ScratchFull`], corruption.
+    pub fn remove(&mut self, key: impl AsRef<[u8]>) -> Result<bool> {
+        let key = key.as_ref();
+        if key.len() > KEY_SIZE_MAX_BYTES {
+            return Ok(false);
+        }
+        let mut header = self.header();
+        let removed = tree_write::remove(self.txn, &mut header, key)?;
+        self.set_header(header);
+        Ok(removed)
+    }
+
+    /// The value of `key` as this transaction sees it.
+    ///
+    /// # Errors
+    /// Corruption.
+    pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<&[u8]>> {
+        btree::get(&*self.txn, self.header().root_page, key.as_ref())
+    }
+
+    /// Entries with keys in `range`, in order.
+    ///
+    /// # Errors
+    /// Corruption met while positioning.
+    pub fn range<'s, K: AsRef<[u8]>, R: RangeBounds<K>>(
+        &'s self,
+        range: R,
+    ) -> Result<Range<'s, &'s WriteTxn<'s>>>
+    where
+        Self: 's,
+    {
+        let (start, end) = bounds(&range);
+        let txn: &'s WriteTxn<'_> = self.txn;
+        Range::new(shorten(txn), self.header().root_page, start, end)
+    }
+
+    /// Entries whose keys start with `prefix`.
+    ///
+    /// # Errors
+    /// Corruption met while positioning.
+    pub fn prefix<'s>(&'s self, prefix: impl AsRef<[u8]>) -> Result<Range<'s, &'s WriteTxn<'s>>> {
+        use std::ops::Bound;
+        let prefix = prefix.as_ref();
+        let root = self.header().root_page;
+        let txn = shorten(self.txn);
+        match prefix_end(prefix) {
+            Some(end) => Range::new(txn, root, Bound::Included(prefix), Bound::Excluded(&end)),
+            None => Range::new(txn, root, Bound::Included(prefix), Bound::Unbounded),
+        }
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> u64 {
+        self.header().entry_count
+    }
+
+    /// Whether the tree is empty.
+    pub fn is_empty(&self) -> bool {
+        self.header().entry_count == 0
+    }
+}
+
+fn shorten<'s>(txn: &'s WriteTxn<'_>) -> &'s WriteTxn<'s> {
+    txn
+}

@@ -1,0 +1,88 @@
+//! Basic behaviour: commit, read, abort, reopen, trees, ranges.
+
+use hrafn::{Environment, Error, Options};
+
+fn options() -> Options {
+    Options {
+        journal_file_size_bytes: 1 << 20,
+        ..Options::default()
+    }
+}
+
+#[test]
+fn commit_read_reopen() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    {
+        let env = Environment::open(dir.path(), options()).expect("open");
+        let mut wtx = env.begin_write().expect("write");
+        {
+            let mut t = wtx.open_tree("t").expect("tree");
+            for i in 0..1000u32 {
+                t.insert(i.to_be_bytes(), format!("value {i}"))
+                    .expect("insert");
+            }
+            assert_eq!(
+                t.get(5u32.to_be_bytes()).expect("get"),
+                Some(&b"value 5"[..])
+            );
+        }
+        wtx.commit().expect("commit");
+        let rtx = env.begin_read().expect("read");
+        let t = rtx.open_tree("t").expect("tree");
+        assert_eq!(t.len(), 1000);
+        assert_eq!(
+            t.get(999u32.to_be_bytes()).expect("get"),
+            Some(&b"value 999"[..])
+        );
+    }
+    let env = Environment::open(dir.path(), options()).expect("reopen");
+    let rtx = env.begin_read().expect("read");
+    let t = rtx.open_tree("t").expect("tree");
+    assert_eq!(t.len(), 1000);
+    let all: Vec<_> = t
+        .iter()
+        .expect("iter")
+        .collect::<Result<_, _>>()
+        .expect("entries");
+    assert_eq!(all.len(), 1000);
+    assert_eq!(all[10].0, &10u32.to_be_bytes()[..]);
+    let back: Vec<_> = t
+        .iter()
+        .expect("iter")
+        .rev()
+        .take(2)
+        .collect::<Result<_, _>>()
+        .expect("entries");
+    assert_eq!(back[0].0, &999u32.to_be_bytes()[..]);
+    assert!(matches!(
+        rtx.open_tree("missing"),
+        Err(Error::TreeNotFound { .. })
+    ));
+}
+
+#[test]
+fn abort_discards() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = Environment::open(dir.path(), options()).expect("open");
+    let mut wtx = env.begin_write().expect("write");
+    wtx.open_tree("t")
+        .expect("tree")
+        .insert(b"a", b"1")
+        .expect("insert");
+    drop(wtx);
+    let rtx = env.begin_read().expect("read");
+    assert!(matches!(
+        rtx.open_tree("t"),
+        Err(Error::TreeNotFound { .. })
+    ));
+}
+
+#[test]
+fn second_open_is_locked() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let _env = Environment::open(dir.path(), options()).expect("open");
+    assert!(matches!(
+        Environment::open(dir.path(), options()),
+        Err(Error::Locked)
+    ));
+}
