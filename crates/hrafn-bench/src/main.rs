@@ -174,8 +174,13 @@ fn plan(cli: &Cli) -> Result<(Vec<&'static Spec>, Vec<Job>)> {
             bail!("engine {e} is not compiled in; build with `--features {e}`");
         }
     }
+    // The raw-disk rows run first, so the limit is measured before the engines load the disk.
     let mut jobs = Vec::new();
-    for s in &specs {
+    for s in specs
+        .iter()
+        .filter(|s| s.raw_disk)
+        .chain(specs.iter().filter(|s| !s.raw_disk))
+    {
         if s.raw_disk {
             jobs.push((*s, DISK.to_string()));
         } else {

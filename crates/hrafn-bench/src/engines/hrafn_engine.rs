@@ -34,11 +34,11 @@ impl Hrafn {
     }
 }
 
-struct HrafnWriter<'a, 't> {
-    tree: &'a mut hrafn::TreeMut<'t>,
+struct HrafnWriter<'a, 't, 'e> {
+    tree: &'a mut hrafn::TreeMut<'t, 'e>,
 }
 
-impl Writer for HrafnWriter<'_, '_> {
+impl Writer for HrafnWriter<'_, '_, '_> {
     fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
         self.tree.insert(key, value)?;
         Ok(())
