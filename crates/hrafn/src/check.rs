@@ -1,1 +1,199 @@
-//! Whole-environment integrity check (placeholder, filled in below).
+//! Whole-environment integrity check: page checksums, tree invariants (key order, separator
+//! bounds, uniform depth, entry counts, overflow runs) and free-space accounting (every page
+//! below the high-water mark is used exactly once or free, never both, never neither).
+
+use crate::btree::node::{self, ValueRef};
+use crate::btree::{PageSource, TreeHeader, resolve_value};
+use crate::error::{CorruptionSite, Error, Result};
+use crate::freespace::is_free;
+use crate::limits::PAGES_PER_BITMAP;
+use crate::meta::{META_PAGE_NUMBER, Meta};
+use crate::page::{PageKind, corrupt, overflow_page_count};
+
+/// What [`crate::Environment::check`] found in a healthy environment.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CheckReport {
+    /// Named trees.
+    pub tree_count: u64,
+    /// Entries over all trees.
+    pub entry_count: u64,
+    /// Pages in use (meta, bitmaps, nodes, overflow runs).
+    pub used_pages: u64,
+    /// Pages marked free.
+    pub free_pages: u64,
+    /// The high-water mark.
+    pub next_page_number: u64,
+}
+
+struct Walker {
+    used: Vec<u64>,
+    next_page_number: u64,
+    report: CheckReport,
+}
+
+impl Walker {
+    fn mark(&mut self, first: u64, count: u64) -> Result<()> {
+        for page_number in first..first.saturating_add(count) {
+            if page_number >= self.next_page_number {
+                return Err(corrupt(
+                    page_number,
+                    "page in use beyond the high-water mark",
+                ));
+            }
+            let (word, bit) = ((page_number / 64) as usize, page_number % 64);
+            if self.used[word] & (1 << bit) != 0 {
+                return Err(corrupt(page_number, "page used twice"));
+            }
+            self.used[word] |= 1 << bit;
+            self.report.used_pages += 1;
+        }
+        Ok(())
+    }
+}
+
+/// Checks everything reachable from the meta page of `src`.
+///
+/// # Errors
+/// [`Error::Corruption`] describing the first problem found.
+pub fn check<'a, S: PageSource<'a>>(src: S) -> Result<CheckReport> {
+    let meta = Meta::decode(src.page(META_PAGE_NUMBER)?)?;
+    let mut walker = Walker {
+        used: vec![0; meta.next_page_number.div_ceil(64) as usize],
+        next_page_number: meta.next_page_number,
+        report: CheckReport {
+            next_page_number: meta.next_page_number,
+            ..CheckReport::default()
+        },
+    };
+    walker.mark(META_PAGE_NUMBER, 1)?;
+    for &bitmap in &meta.bitmaps {
+        if crate::page::kind(src.page(bitmap)?, bitmap)? != PageKind::Bitmap {
+            return Err(corrupt(bitmap, "listed bitmap is not a bitmap page"));
+        }
+        walker.mark(bitmap, 1)?;
+    }
+    if meta.root_page != 0 {
+        let root = TreeHeader {
+            root_page: meta.root_page,
+            entry_count: meta.tree_count,
+        };
+        let mut trees = Vec::new();
+        walk_tree(src, &root, &mut walker, &mut |k, v| {
+            trees.push((k.to_vec(), TreeHeader::decode(v, meta.root_page)?));
+            Ok(())
+        })?;
+        for (name, header) in trees {
+            walker.report.tree_count += 1;
+            walker.report.entry_count += header.entry_count;
+            walk_tree(src, &header, &mut walker, &mut |_, _| Ok(())).map_err(|e| match e {
+                Error::Corruption { site, reason } => Error::Corruption {
+                    site,
+                    reason: format!("{reason} (tree {:?})", String::from_utf8_lossy(&name)),
+                },
+                other => other,
+            })?;
+        }
+    }
+    // Free-space accounting.
+    for page_number in 1..meta.next_page_number {
+        let index = (page_number / PAGES_PER_BITMAP) as usize;
+        let free = match meta.bitmaps.get(index) {
+            Some(&bitmap) => is_free(src.page(bitmap)?, (page_number % PAGES_PER_BITMAP) as usize),
+            None => false,
+        };
+        let used = walker.used[(page_number / 64) as usize] & (1 << (page_number % 64)) != 0;
+        match (free, used) {
+            (true, true) => return Err(corrupt(page_number, "page both free and in use")),
+            (false, false) => {
+                return Err(corrupt(
+                    page_number,
+                    "page neither free nor in use (leaked)",
+                ));
+            }
+            (true, false) => walker.report.free_pages += 1,
+            (false, true) => {}
+        }
+    }
+    Ok(walker.report)
+}
+
+/// Walks one tree depth-first, checking order and bounds, calling `visit` per leaf entry.
+fn walk_tree<'a, S: PageSource<'a>>(
+    src: S,
+    tree: &TreeHeader,
+    walker: &mut Walker,
+    visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<()>,
+) -> Result<()> {
+    // (page, depth, lower bound inclusive, upper bound exclusive)
+    let mut stack: Vec<(u64, usize, Option<Vec<u8>>, Option<Vec<u8>>)> =
+        vec![(tree.root_page, 0, None, None)];
+    let mut leaf_depth = None;
+    let mut entries = 0u64;
+    while let Some((page_number, depth, low, high)) = stack.pop() {
+        if depth > crate::btree::DEPTH_MAX {
+            return Err(corrupt(page_number, "tree deeper than any valid tree"));
+        }
+        walker.mark(page_number, 1)?;
+        let page = src.page(page_number)?;
+        node::validate_header(page, page_number)?;
+        let leaf = node::is_leaf(page, page_number)?;
+        let n = node::count(page);
+        let mut previous: Option<&[u8]> = None;
+        for i in 0..n {
+            let key = node::key(page, i, leaf, page_number)?;
+            if previous.is_some_and(|p| p >= key) {
+                return Err(corrupt(page_number, "keys out of order"));
+            }
+            if low.as_deref().is_some_and(|l| key < l) || high.as_deref().is_some_and(|h| key >= h)
+            {
+                return Err(corrupt(page_number, "key outside its parent's separators"));
+            }
+            previous = Some(key);
+        }
+        if leaf {
+            if *leaf_depth.get_or_insert(depth) != depth {
+                return Err(corrupt(page_number, "leaves at different depths"));
+            }
+            for i in 0..n {
+                let (key, value) = node::leaf_entry(page, i, page_number)?;
+                if let ValueRef::Overflow {
+                    first_page,
+                    len_bytes,
+                } = value
+                {
+                    walker.mark(first_page, overflow_page_count(len_bytes))?;
+                }
+                visit(key, resolve_value(src, value)?)?;
+            }
+            entries += n as u64;
+        } else {
+            for c in 0..=n {
+                let child = node::child_at(page, c, page_number)?;
+                let child_low = if c == 0 {
+                    low.clone()
+                } else {
+                    Some(node::key(page, c - 1, false, page_number)?.to_vec())
+                };
+                let child_high = if c == n {
+                    high.clone()
+                } else {
+                    Some(node::key(page, c, false, page_number)?.to_vec())
+                };
+                stack.push((child, depth + 1, child_low, child_high));
+            }
+        }
+    }
+    if entries != tree.entry_count {
+        return Err(Error::corruption(
+            CorruptionSite::Page {
+                page_number: tree.root_page,
+            },
+            format!(
+                "tree holds {entries} entries, its header says {}",
+                tree.entry_count
+            ),
+        ));
+    }
+    Ok(())
+}

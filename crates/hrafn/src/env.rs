@@ -4,7 +4,7 @@
 use crate::error::{CorruptionSite, Error, Result};
 use crate::flush::{FlushBook, Flusher};
 use crate::header::{self, Header};
-use crate::journal::{JournalIndex, JournalWriter, journal_file_name, recovery};
+use crate::journal::{JournalIndex, JournalWriter, recovery};
 use crate::limits::PAGE_SIZE_BYTES;
 use crate::meta::{META_PAGE_NUMBER, Meta};
 use crate::page::{PageKind, init, seal};
@@ -355,6 +355,16 @@ impl Environment {
         crate::flush::flush(&self.inner, true)
     }
 
+    /// Checks the integrity of the latest committed state: page checksums, tree invariants
+    /// and free-space accounting.
+    ///
+    /// # Errors
+    /// [`Error::Corruption`] describing the first problem found.
+    pub fn check(&self) -> Result<crate::check::CheckReport> {
+        let rtx = self.begin_read()?;
+        rtx.check()
+    }
+
     /// Current counters.
     pub fn stats(&self) -> Stats {
         let inner = &self.inner;
@@ -478,7 +488,6 @@ fn retire_old_journals(
         });
         crate::flush::recycle_or_remove(storage, options, index, number)?;
     }
-    let _ = journal_file_name;
     Ok(())
 }
 

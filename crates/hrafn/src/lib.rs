@@ -47,6 +47,7 @@ pub mod scratch;
 pub mod storage;
 mod txn;
 
+pub use check::CheckReport;
 pub use env::{DATA_FILE, Durability, Environment, Options, Stats};
 pub use error::{CorruptionSite, Error, Result};
 pub use txn::{ReadTxn, Tree, TreeMut, WriteTxn};

@@ -51,6 +51,14 @@ impl<'env> ReadTxn<'env> {
     pub fn list_trees(&self) -> Result<Vec<String>> {
         list_trees(&*self.state)
     }
+
+    /// Checks the integrity of this snapshot (see [`crate::check`]).
+    ///
+    /// # Errors
+    /// [`Error::Corruption`] describing the first problem found.
+    pub fn check(&self) -> Result<crate::check::CheckReport> {
+        crate::check::check(&*self.state)
+    }
 }
 
 impl Drop for ReadTxn<'_> {

@@ -159,6 +159,9 @@ impl<'env> WriteTxn<'env> {
         };
         let tree = self.trees.remove(index);
         tree_write::drop_tree(self, &tree.header)?;
+        if self.meta.root_page == 0 {
+            return Ok(true); // created and deleted in this transaction
+        }
         let mut root = TreeHeader {
             root_page: self.meta.root_page,
             entry_count: self.meta.tree_count,

@@ -1,0 +1,22 @@
+//! Shared helpers for scenario tests.
+#![allow(dead_code)]
+
+use hrafn::Options;
+
+/// Multiplier for test counts: `HRAFN_TEST_SCALE=100` turns CI counts into a soak run.
+pub fn scale() -> u64 {
+    std::env::var("HRAFN_TEST_SCALE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .filter(|&s| s > 0)
+        .unwrap_or(1)
+}
+
+/// Options with small journals so rotation and recycling happen in small tests.
+pub fn small_options() -> Options {
+    Options {
+        journal_file_size_bytes: 64 * 1024,
+        flush_interval_ms: 1,
+        ..Options::default()
+    }
+}
