@@ -50,40 +50,38 @@
 //! crashed engine ever reporting it).
 //!
 //! # Mappings
-//! The live image of every file is one fixed-capacity buffer, allocated zeroed and never
-//! moved or resized ([`SimStorage::file_capacity_bytes`], 256 MiB by default; untouched
-//! capacity costs address space, not memory). A [`Mapping`] holds a reference to that buffer,
-//! so it sees later writes like a shared memory mapping does and stays valid after the file
-//! grows, is renamed or removed, or the disk is power-cut. The contract that makes reading
-//! it sound is the one the engine already keeps for real mappings:
-//! - no range is read through a mapping while a `write_at` to that range runs, and
-//! - a range written by `write_at` is read through a mapping only after the reader learned
-//!   of that write through synchronization ordered after it (the lock or acquire load the
-//!   engine uses to publish the page), never by racing with it.
+//! The live image of every file is an anonymous in-memory file (`memfd`) of fixed size
+//! ([`SimStorage::file_capacity_bytes`], 256 MiB by default; pages never written cost no
+//! memory), written with `pwrite` and mapped with a shared read-only `mmap`, exactly like a
+//! real file in [`super::FileStorage`]. So a [`Mapping`] sees later writes, stays valid after
+//! the file grows, is renamed or removed, or the disk is power-cut, and is sound under the
+//! same contract the engine keeps for real mappings: no range is read through a mapping
+//! while a `write_at` to that range runs (the flusher writes only pages no live reader reads
+//! from the data file), and a range written is read only after the reader learned of the
+//! write through the engine's own synchronization.
 //!
 //! The test helpers ([`SimStorage::write_raw`], [`SimStorage::flip_bit`],
 //! [`SimStorage::truncate_raw`]) write the live image too and must not run while mappings of
 //! that file are being read.
-#![allow(unsafe_code)] // The live-image buffer is shared with mappings; see `LiveBuf`.
+#![allow(unsafe_code)] // memmap2::Mmap::map is unsafe; see the SAFETY note in `LiveFile::map`.
 
 use super::{FileKind, Mapping, Storage, StorageEvent, StorageFile};
 use parking_lot::Mutex;
 use std::any::Any;
 use std::collections::BTreeMap;
 use std::fmt;
+use std::fs::File;
 use std::io;
+use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
 /// Alignment required of `JournalDurable` offsets, lengths and buffers (`O_DIRECT`).
 const DIRECT_ALIGN: u64 = 4096;
-/// Alignment of the live-image buffers (a page, like a real mapping).
-const PAGE: usize = 4096;
 /// Granularity at which a power loss tears a write.
 const SECTOR: u64 = 512;
 
-/// Default [`SimStorage::file_capacity_bytes`]: 256 MiB (1 MiB under Miri, which
-/// materialises every allocation).
-pub const DEFAULT_FILE_CAPACITY: u64 = if cfg!(miri) { 1 << 20 } else { 256 << 20 };
+/// Default [`SimStorage::file_capacity_bytes`]: 256 MiB.
+pub const DEFAULT_FILE_CAPACITY: u64 = 256 << 20;
 
 /// The message of the error every operation returns once power is lost.
 pub const POWER_LOSS: &str = "simulated power loss";
@@ -243,7 +241,7 @@ enum Pending {
 }
 
 struct Inode {
-    live: Arc<LiveBuf>,
+    live: LiveFile,
     live_len: u64,
     durable: Vec<u8>,
     pending: Vec<Pending>,
@@ -387,117 +385,83 @@ impl Pending {
     }
 }
 
-/// A fixed-capacity, page-aligned, zero-initialised byte buffer holding a live image, shared
-/// between the disk (which writes it under the state mutex) and the file's mappings (which
-/// read it without any lock, under the contract described in the module documentation).
-///
-/// The allocation is made once with `vec![0; n]`, which the allocator serves with `calloc`,
-/// so pages never written cost no memory. It is never moved or resized while the buffer
-/// lives, so pointers into it stay valid for as long as any `Arc<LiveBuf>` exists.
-struct LiveBuf {
-    /// The whole allocation, from `Box::into_raw`; freed in `Drop`.
-    alloc: *mut [u8],
-    /// The first page-aligned byte of `alloc`; `cap` bytes from here are in bounds.
-    base: *mut u8,
-    cap: usize,
+/// The live image of one file: a `memfd` as large as the file capacity (sparse: pages never
+/// written cost nothing). Only the first `Inode::live_len` bytes are part of the file; the
+/// rest stays zero, so growing the file needs no writing.
+struct LiveFile {
+    file: Arc<File>,
 }
 
-// SAFETY: `LiveBuf` owns its heap allocation exclusively (no thread-local state). Writes go
-// through `write`/`zero`, whose callers hold the disk's state mutex, so two writes never
-// race; reads through `read` hold the same mutex; reads through mappings follow the contract
-// in the module documentation (never a range a concurrent write touches, and only after a
-// synchronizing edge with the write that produced it), so no access is a data race.
-unsafe impl Send for LiveBuf {}
-// SAFETY: see the `Send` implementation: shared access is coordinated as argued there.
-unsafe impl Sync for LiveBuf {}
-
-impl LiveBuf {
-    fn new(cap: usize) -> LiveBuf {
-        let total = cap
-            .checked_add(PAGE - 1)
-            .expect("file capacity is validated by the constructor");
-        let alloc: *mut [u8] = Box::into_raw(vec![0u8; total].into_boxed_slice());
-        let start = alloc.cast::<u8>();
-        let pad = (PAGE - (start as usize) % PAGE) % PAGE;
-        // `pad < PAGE` and the allocation holds `cap + PAGE - 1` bytes, so `base..base + cap`
-        // stays inside it; `wrapping_add` keeps the provenance of `alloc`.
-        let base = start.wrapping_add(pad);
-        LiveBuf { alloc, base, cap }
+impl LiveFile {
+    fn new(capacity: u64) -> io::Result<LiveFile> {
+        let fd = rustix::fs::memfd_create("hrafn-sim", rustix::fs::MemfdFlags::CLOEXEC)?;
+        let file = File::from(fd);
+        file.set_len(capacity)?;
+        Ok(LiveFile {
+            file: Arc::new(file),
+        })
     }
 
-    /// Copies `data` to `offset`.
-    ///
-    /// # Safety
-    /// The caller holds the disk's state mutex (so no other `write`, `zero` or `read` runs)
-    /// and, per the mapping contract, no mapping reader is reading this range concurrently.
-    unsafe fn write(&self, offset: usize, data: &[u8]) {
-        assert!(offset <= self.cap && data.len() <= self.cap - offset);
-        // SAFETY: the destination range is in bounds (asserted) of an allocation we own.
-        // `data` may itself be a slice of a mapping (of this or another live image); then it
-        // does not cover the destination range, because the mapping contract forbids reading
-        // a range through a mapping while writing it, and `ptr::copy` tolerates any overlap
-        // of the underlying allocations anyway. Exclusivity of the write is the caller's
-        // obligation above.
-        unsafe { std::ptr::copy(data.as_ptr(), self.base.add(offset), data.len()) }
+    fn write(&self, offset: u64, data: &[u8]) -> io::Result<()> {
+        self.file.write_all_at(data, offset)
+    }
+
+    fn read(&self, offset: u64, out: &mut [u8]) -> io::Result<()> {
+        self.file.read_exact_at(out, offset)
     }
 
     /// Zeroes `len` bytes at `offset`.
-    ///
-    /// # Safety
-    /// As for [`LiveBuf::write`].
-    unsafe fn zero(&self, offset: usize, len: usize) {
-        assert!(offset <= self.cap && len <= self.cap - offset);
-        // SAFETY: in bounds (asserted); exclusivity is the caller's obligation.
-        unsafe { std::ptr::write_bytes(self.base.add(offset), 0, len) }
+    fn zero(&self, offset: u64, len: u64) -> io::Result<()> {
+        let zeros = vec![0u8; 1 << 16];
+        let mut at = offset;
+        while at < offset + len {
+            let n = (offset + len - at).min(zeros.len() as u64);
+            self.write(at, &zeros[..to_usize(n)])?;
+            at += n;
+        }
+        Ok(())
     }
 
-    /// Copies bytes at `offset` into `out`.
-    ///
-    /// # Safety
-    /// The caller holds the disk's state mutex, so no write runs concurrently.
-    unsafe fn read(&self, offset: usize, out: &mut [u8]) {
-        assert!(offset <= self.cap && out.len() <= self.cap - offset);
-        // SAFETY: in bounds (asserted); `out` is the caller's buffer, which cannot overlap
-        // the live image because the live image is only ever exposed as `&[u8]` (mappings),
-        // never as `&mut`; no concurrent writer per the caller's obligation.
-        unsafe { std::ptr::copy_nonoverlapping(self.base.add(offset), out.as_mut_ptr(), out.len()) }
-    }
-}
-
-impl Drop for LiveBuf {
-    fn drop(&mut self) {
-        // SAFETY: `alloc` came from `Box::into_raw` in `new` and is freed only here, once;
-        // no mapping outlives the buffer because mappings hold an `Arc<LiveBuf>`.
-        drop(unsafe { Box::from_raw(self.alloc) });
+    /// Maps the first `len` bytes, which the caller checked are within the file size.
+    fn map(&self, len: usize) -> io::Result<Arc<dyn Mapping>> {
+        if len == 0 {
+            return Ok(Arc::new(SimMapping::Empty));
+        }
+        // SAFETY: as for the real files in `file.rs`: the mapping is read-only and shared;
+        // `len` is at most the memfd's size, which is fixed at the capacity when it is made
+        // and never shrinks (`truncate_raw` only zeroes bytes), so no access can fault; the
+        // memfd is private to this disk, so the only writers are `pwrite`s made by this
+        // module, which change only ranges the engine does not read through a mapping at
+        // that time (the mapping contract in the module documentation), and the test
+        // helpers, documented as not to be used while a mapping of the file is read.
+        let map = unsafe { memmap2::MmapOptions::new().len(len).map(&*self.file)? };
+        Ok(Arc::new(SimMapping::Mapped(map)))
     }
 }
 
 impl Inode {
-    fn new(capacity: u64) -> Inode {
-        Inode {
-            live: Arc::new(LiveBuf::new(to_usize(capacity))),
+    fn new(capacity: u64) -> io::Result<Inode> {
+        Ok(Inode {
+            live: LiveFile::new(capacity)?,
             live_len: 0,
             durable: Vec::new(),
             pending: Vec::new(),
-        }
+        })
     }
 
     /// An inode whose live and durable images are both `image`.
-    fn from_image(capacity: u64, image: Vec<u8>) -> Inode {
-        let mut inode = Inode::new(capacity);
-        inode.write_live(0, &image);
+    fn from_image(capacity: u64, image: Vec<u8>) -> io::Result<Inode> {
+        let mut inode = Inode::new(capacity)?;
+        inode.write_live(0, &image)?;
         inode.durable = image;
-        inode
+        Ok(inode)
     }
 
-    /// Writes the live image (the caller holds the state mutex: it has `&mut self`, and
-    /// inodes live only inside the mutex-protected state).
-    fn write_live(&mut self, offset: u64, data: &[u8]) {
-        // SAFETY: `&mut self` proves the state mutex is held (inodes are only reachable
-        // through it), so no other write or locked read runs; mapping readers do not read
-        // this range concurrently per the documented contract.
-        unsafe { self.live.write(to_usize(offset), data) };
+    /// Writes the live image and extends the live length to cover the write.
+    fn write_live(&mut self, offset: u64, data: &[u8]) -> io::Result<()> {
+        self.live.write(offset, data)?;
         self.live_len = self.live_len.max(offset + data.len() as u64);
+        Ok(())
     }
 
     /// Writes `data` at `offset` straight to the durable image (an `O_DIRECT|O_DSYNC`
@@ -655,7 +619,7 @@ impl State {
         }
         let id = self.next_inode;
         self.next_inode += 1;
-        self.inodes.insert(id, Inode::new(capacity));
+        self.inodes.insert(id, Inode::new(capacity)?);
         self.set_entry(vec![NsChange {
             name: name.to_owned(),
             after: Some(Entry::File(id)),
@@ -982,7 +946,9 @@ impl SimStorage {
                 .crash_image(damage, &mut rng);
             let new = next.next_inode;
             next.next_inode += 1;
-            next.inodes.insert(new, Inode::from_image(capacity, image));
+            let inode = Inode::from_image(capacity, image)
+                .expect("creating the memfd of a simulated file (out of file descriptors?)");
+            next.inodes.insert(new, inode);
             renumber.insert(old, new);
         }
         for (name, entry) in survivors {
@@ -1013,8 +979,7 @@ impl SimStorage {
     pub fn read_file(&self, name: &str) -> io::Result<Vec<u8>> {
         self.with_file(name, |inode| {
             let mut out = vec![0u8; to_usize(inode.live_len)];
-            // SAFETY: `with_file` holds the state mutex, so no write runs concurrently.
-            unsafe { inode.live.read(0, &mut out) };
+            inode.live.read(0, &mut out)?;
             Ok(out)
         })
     }
@@ -1048,10 +1013,9 @@ impl SimStorage {
             }
             let mask = 1u8 << (bit_offset % 8);
             let mut b = [0u8; 1];
-            // SAFETY: `with_file` holds the state mutex, so no write runs concurrently.
-            unsafe { inode.live.read(to_usize(byte), &mut b) };
+            inode.live.read(byte, &mut b)?;
             b[0] ^= mask;
-            inode.write_live(byte, &b);
+            inode.write_live(byte, &b)?;
             if let Some(d) = inode.durable.get_mut(to_usize(byte)) {
                 *d ^= mask;
             }
@@ -1074,7 +1038,7 @@ impl SimStorage {
             {
                 return Err(errno(libc::ENOSPC));
             }
-            inode.write_live(offset, bytes);
+            inode.write_live(offset, bytes)?;
             put(&mut inode.durable, offset, bytes);
             Ok(())
         })
@@ -1094,14 +1058,8 @@ impl SimStorage {
                 return Err(errno(libc::ENOSPC));
             }
             if len < inode.live_len {
-                // SAFETY: `with_file` holds the state mutex; no mapping is read meanwhile
-                // (documented requirement of this helper). Keeps the invariant that the
-                // buffer is zero past the live length.
-                unsafe {
-                    inode
-                        .live
-                        .zero(to_usize(len), to_usize(inode.live_len - len))
-                };
+                // Keep the memfd zero past the live length.
+                inode.live.zero(len, inode.live_len - len)?;
             }
             inode.live_len = len;
             inode.durable.resize(to_usize(len), 0);
@@ -1325,8 +1283,7 @@ impl StorageFile for SimFile {
         if st.short_reads {
             n = self.short_len(&mut st.rng, n);
         }
-        // SAFETY: we hold the state mutex, so no write runs concurrently.
-        unsafe { st.inode(self.id).live.read(to_usize(offset), &mut buf[..n]) };
+        st.inode(self.id).live.read(offset, &mut buf[..n])?;
         Ok(n)
     }
 
@@ -1345,7 +1302,7 @@ impl StorageFile for SimFile {
                 // In flight: the whole write becomes pending, to be kept, dropped or torn.
                 if aligned.is_ok() && fits && !buf.is_empty() {
                     let inode = st.inode(self.id);
-                    inode.write_live(offset, buf);
+                    inode.write_live(offset, buf)?;
                     inode.pending.push(Pending::Write {
                         offset,
                         data: buf.to_vec(),
@@ -1362,7 +1319,7 @@ impl StorageFile for SimFile {
                             if st.rng.coin() {
                                 let part = &buf[to_usize(s - offset)..to_usize(e - offset)];
                                 let inode = st.inode(self.id);
-                                inode.write_live(s, part);
+                                inode.write_live(s, part)?;
                                 inode.write_durable(s, part);
                             }
                         }
@@ -1370,7 +1327,7 @@ impl StorageFile for SimFile {
                         let n = to_usize(st.rng.below(buf.len() as u64 + 1));
                         if n > 0 {
                             let inode = st.inode(self.id);
-                            inode.write_live(offset, &buf[..n]);
+                            inode.write_live(offset, &buf[..n])?;
                             inode.pending.push(Pending::Write {
                                 offset,
                                 data: buf[..n].to_vec(),
@@ -1397,7 +1354,7 @@ impl StorageFile for SimFile {
         let data = &buf[..n];
         let direct = self.direct();
         let inode = st.inode(self.id);
-        inode.write_live(offset, data);
+        inode.write_live(offset, data)?;
         if direct {
             inode.write_durable(offset, data);
         } else {
@@ -1454,7 +1411,7 @@ impl StorageFile for SimFile {
                     errno(libc::ENOSPC)
                 });
             }
-            // The buffer is zero past the live length, so growing needs no writing.
+            // The memfd is zero past the live length, so growing needs no writing.
             inode.live_len = len_bytes;
             inode.pending.push(Pending::Grow { len: len_bytes });
         }
@@ -1484,30 +1441,24 @@ impl StorageFile for SimFile {
                 ),
             ));
         }
-        Ok(Arc::new(SimMapping {
-            buf: Arc::clone(&inode.live),
-            len: to_usize(len_bytes),
-        }))
+        inode.live.map(to_usize(len_bytes))
     }
 }
 
-/// A read-only view of the first `len` bytes of a live image.
-struct SimMapping {
-    buf: Arc<LiveBuf>,
-    len: usize,
+/// A read-only view of the first bytes of a live image.
+enum SimMapping {
+    /// Nothing mapped (`mmap` refuses a zero length).
+    Empty,
+    /// A shared read-only mapping of the live image's memfd.
+    Mapped(memmap2::Mmap),
 }
 
 impl Mapping for SimMapping {
     fn bytes(&self) -> &[u8] {
-        debug_assert!(self.len <= self.buf.cap);
-        // SAFETY: `base..base + len` is inside the allocation (`len <= cap`, checked when
-        // the mapping was made, and the buffer never shrinks), which stays alive while
-        // `self.buf` does, i.e. for the whole borrow of `self`. Writes to the buffer happen
-        // concurrently only to ranges the engine does not read through mappings at that
-        // time, and become visible to readers through the engine's own synchronization
-        // (the mapping contract in the module documentation), exactly as with a shared
-        // memory mapping of a real file written with `pwrite`.
-        unsafe { std::slice::from_raw_parts(self.buf.base, self.len) }
+        match self {
+            SimMapping::Empty => &[],
+            SimMapping::Mapped(map) => map,
+        }
     }
 }
 
@@ -2076,7 +2027,7 @@ mod tests {
         f.allocate(8 * 4096).expect("allocate");
         write_all_at(&*f, &[1u8; 4096], 0).expect("write page 0");
         let map = f.map(8 * 4096).expect("map");
-        let rounds = if cfg!(miri) { 3 } else { 200 };
+        let rounds = 200;
         std::thread::scope(|scope| {
             let reader = scope.spawn(|| {
                 let bytes = map.bytes();
