@@ -13,8 +13,10 @@
 //! The namespace (which name refers to which inode, which directories exist) is modelled the
 //! same way: a live map, a durable map, and the ordered list of pending changes (creations,
 //! renames, removals, directory creations). [`Storage::sync_dir`] of a directory copies the
-//! live entries of that directory into the durable map. Files are inodes, so a rename moves
-//! the same contents and an unlinked file that is still open keeps working.
+//! live entries of that directory into the durable map, and only that directory's: stricter
+//! than ext4, where any sync commits the whole metadata journal, so the engine must sync the
+//! very directory it changed. Files are inodes, so a rename moves the same contents and an
+//! unlinked file that is still open keeps working.
 //!
 //! # Power loss
 //! [`SimStorage::crash_at`] freezes the disk when the operation counter reaches an index; that
@@ -43,8 +45,9 @@
 //! # Write-ahead checking
 //! [`Storage::note`] checks the ordering rules as the engine runs: no data page of a
 //! transaction is written before its journal record is durable, and no journal is retired
-//! before a durable header covers it. Broken rules are collected in
-//! [`SimStorage::violations`]. The checker's state describes the disk, so it survives a power
+//! before a durable header covers it. Transaction id 0 stands for the empty initial state, so
+//! `DataWrite { txn_id_max: 0 }` and retiring a journal whose last transaction is 0 are
+//! always allowed. Broken rules are collected in [`SimStorage::violations`]. The checker's state describes the disk, so it survives a power
 //! cut: after one, recovery should report [`StorageEvent::JournalDurable`] for the records it
 //! found intact on disk before writing their pages (a record may have landed without the
 //! crashed engine ever reporting it).
