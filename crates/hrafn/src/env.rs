@@ -10,6 +10,7 @@ use crate::meta::{META_PAGE_NUMBER, Meta};
 use crate::page::{PageKind, init, seal};
 use crate::scratch::{Ptt, ScratchUsage};
 use crate::storage::{FileKind, FileStorage, Storage, StorageEvent, StorageFile, write_all_at};
+use crate::txn::merge::{self, Merger, WriteBatch};
 use crate::txn::readers::ReaderTable;
 use crate::txn::state::{DataView, State};
 use crate::txn::{ReadTxn, WriteTxn, WriterCore};
@@ -56,6 +57,14 @@ pub struct Options {
     pub scratch_wait_ms: u64,
     /// Most concurrent read transactions.
     pub readers_max: usize,
+    /// Most merged write requests waiting at once; callers past it wait.
+    pub merge_queue_max_requests: usize,
+    /// Most requests merged into one transaction.
+    pub merge_batch_max_requests: usize,
+    /// Most batch bytes (keys and values) merged into one transaction.
+    pub merge_batch_max_bytes: usize,
+    /// How long a caller waits for room in the merge queue before [`Error::Timeout`].
+    pub merge_wait_timeout_ms: u64,
 }
 
 impl Default for Options {
@@ -70,6 +79,10 @@ impl Default for Options {
             scratch_limit_bytes: 4 << 30,
             scratch_wait_ms: 2_000,
             readers_max: 1024,
+            merge_queue_max_requests: 4096,
+            merge_batch_max_requests: 1024,
+            merge_batch_max_bytes: 16 << 20,
+            merge_wait_timeout_ms: 30_000,
         }
     }
 }
@@ -107,6 +120,8 @@ pub struct Stats {
     /// Merged write requests (see [`Environment::submit`]): transactions and requests.
     pub merged_transactions: u64,
     pub merged_requests: u64,
+    /// Most merged requests ever waiting at once (bounded by the queue limit).
+    pub merge_queue_peak: u64,
 }
 
 /// Counters updated as the engine runs.
@@ -143,6 +158,7 @@ pub(crate) struct EnvInner {
     pub counters: Counters,
     pub flush_book: Mutex<FlushBook>,
     pub flusher: Flusher,
+    pub merger: Merger,
     _lock: Box<dyn std::any::Any + Send + Sync>,
 }
 
@@ -195,9 +211,14 @@ impl Environment {
     /// # Errors
     /// As [`Environment::open`].
     pub fn open_with_storage(storage: Arc<dyn Storage>, options: Options) -> Result<Environment> {
-        if options.readers_max == 0 || options.journal_file_size_bytes < 64 * 1024 {
+        if options.readers_max == 0
+            || options.journal_file_size_bytes < 64 * 1024
+            || options.merge_queue_max_requests == 0
+            || options.merge_batch_max_requests == 0
+        {
             return Err(Error::InvalidArgument(
-                "readers_max must be positive and journal files at least 64 KiB".into(),
+                "readers_max and merge limits must be positive, journal files at least 64 KiB"
+                    .into(),
             ));
         }
         let lock = storage.lock().map_err(|e| {
@@ -234,6 +255,10 @@ impl Environment {
         let replayed = recovery::replay(&*storage, &header, &*data_file)?;
         let data_pages_needed = replayed.next_page_number;
         if replayed.record_count > 0 {
+            // Replayed records are durable on disk, whoever wrote them.
+            storage.note(StorageEvent::JournalDurable {
+                txn_id: replayed.last_txn_id,
+            });
             data_file
                 .allocate(data_pages_needed * PAGE_SIZE_BYTES as u64)
                 .map_err(|e| Error::io("growing the data file in recovery", e))?;
@@ -320,6 +345,7 @@ impl Environment {
             counters: Counters::default(),
             flush_book: Mutex::new(FlushBook::new(new_header, data_len)),
             flusher: Flusher::default(),
+            merger: Merger::default(),
             options,
             _lock: lock,
         });
@@ -344,6 +370,30 @@ impl Environment {
     /// [`Error::Poisoned`] after a failed write or sync; [`Error::ReadersFull`].
     pub fn begin_write(&self) -> Result<WriteTxn<'_>> {
         WriteTxn::begin(&self.inner)
+    }
+
+    /// Applies `batch` atomically and durably, merged with concurrent callers' requests
+    /// into one transaction and one journal write. Returns when the batch is durable.
+    ///
+    /// # Errors
+    /// [`Error::Conflict`] when an expectation of the batch fails (only this batch fails);
+    /// [`Error::Timeout`] when the merge queue stays full; errors of the transaction.
+    pub fn write(&self, batch: WriteBatch) -> Result<()> {
+        merge::write(&self.inner, batch)
+    }
+
+    /// Runs `f` inside a merged write transaction and returns when its changes are durable.
+    /// `f` may run more than once (a merged transaction in which another request failed
+    /// is retried one request at a time), so it must not have side effects outside `wtx`.
+    /// A panic inside `f` fails only this request, with [`Error::RequestPanicked`].
+    ///
+    /// # Errors
+    /// The error `f` returned, or an error of the transaction.
+    pub fn submit<F>(&self, f: F) -> Result<()>
+    where
+        F: Fn(&mut WriteTxn<'_>) -> Result<()> + Send + Sync + 'static,
+    {
+        merge::submit(&self.inner, Box::new(f))
     }
 
     /// Writes every committed page to the data file, syncs it and writes a header, so the
@@ -389,6 +439,7 @@ impl Environment {
             data_file_size_bytes: book.data_size_bytes,
             merged_transactions: c.merged_transactions.load(Ordering::Relaxed),
             merged_requests: c.merged_requests.load(Ordering::Relaxed),
+            merge_queue_peak: inner.merger.queue_peak.load(Ordering::Relaxed),
         }
     }
 }

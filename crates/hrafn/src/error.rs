@@ -91,6 +91,16 @@ pub enum Error {
     /// The environment was written by an incompatible format version.
     #[error("unsupported format version {found} (this build reads {supported})")]
     UnsupportedVersion { found: u32, supported: u32 },
+    /// An expectation of a merged write request did not hold: another commit changed the
+    /// key since the request's snapshot. Only that request fails.
+    #[error("conflict on key {key:?} of tree {tree:?}")]
+    Conflict { tree: String, key: Vec<u8> },
+    /// A merged write request panicked; its changes were discarded.
+    #[error("write request panicked: {message}")]
+    RequestPanicked { message: String },
+    /// A merged write request waited longer than allowed for room in the queue.
+    #[error("timed out after {waited_ms} ms waiting for {what}")]
+    Timeout { what: String, waited_ms: u64 },
     /// Invalid argument or option.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
@@ -118,6 +128,70 @@ impl Error {
         Error::Corruption {
             site,
             reason: reason.into(),
+        }
+    }
+
+    /// A copy of this error for another waiter of the same merged transaction
+    /// (`io::Error` is not `Clone`; its kind and message are kept).
+    pub(crate) fn duplicate(&self) -> Error {
+        match self {
+            Error::Io { context, source } => Error::Io {
+                context: context.clone(),
+                source: io::Error::new(source.kind(), source.to_string()),
+            },
+            Error::Corruption { site, reason } => Error::Corruption {
+                site: site.clone(),
+                reason: reason.clone(),
+            },
+            Error::NoSpace { context } => Error::NoSpace {
+                context: context.clone(),
+            },
+            Error::Locked => Error::Locked,
+            Error::KeyTooLarge {
+                size_bytes,
+                limit_bytes,
+            } => Error::KeyTooLarge {
+                size_bytes: *size_bytes,
+                limit_bytes: *limit_bytes,
+            },
+            Error::ValueTooLarge {
+                size_bytes,
+                limit_bytes,
+            } => Error::ValueTooLarge {
+                size_bytes: *size_bytes,
+                limit_bytes: *limit_bytes,
+            },
+            Error::ScratchFull {
+                used_bytes,
+                limit_bytes,
+            } => Error::ScratchFull {
+                used_bytes: *used_bytes,
+                limit_bytes: *limit_bytes,
+            },
+            Error::Poisoned { cause } => Error::Poisoned {
+                cause: cause.clone(),
+            },
+            Error::TreeNotFound { name } => Error::TreeNotFound { name: name.clone() },
+            Error::ReadersFull { readers_max } => Error::ReadersFull {
+                readers_max: *readers_max,
+            },
+            Error::LimitExceeded { what } => Error::LimitExceeded { what: what.clone() },
+            Error::UnsupportedVersion { found, supported } => Error::UnsupportedVersion {
+                found: *found,
+                supported: *supported,
+            },
+            Error::Conflict { tree, key } => Error::Conflict {
+                tree: tree.clone(),
+                key: key.clone(),
+            },
+            Error::RequestPanicked { message } => Error::RequestPanicked {
+                message: message.clone(),
+            },
+            Error::Timeout { what, waited_ms } => Error::Timeout {
+                what: what.clone(),
+                waited_ms: *waited_ms,
+            },
+            Error::InvalidArgument(m) => Error::InvalidArgument(m.clone()),
         }
     }
 

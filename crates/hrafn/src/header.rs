@@ -197,13 +197,24 @@ pub fn read_newest(storage: &dyn Storage) -> Result<Option<Header>> {
 /// I/O errors; the caller must treat them as fatal (poison).
 pub fn write(storage: &dyn Storage, header: &Header) -> Result<()> {
     let name = header.file_name();
+    let existed = storage
+        .exists(name)
+        .map_err(|e| Error::io(format!("checking {name}"), e))?;
     let file = storage
         .open(name, FileKind::Header, true)
         .map_err(|e| Error::io(format!("opening {name}"), e))?;
     write_all_at(&*file, &header.encode(), 0)
         .map_err(|e| Error::io(format!("writing {name}"), e))?;
     file.sync_data()
-        .map_err(|e| Error::io(format!("syncing {name}"), e))
+        .map_err(|e| Error::io(format!("syncing {name}"), e))?;
+    if !existed {
+        // A new file is durable only once its directory entry is (rule: fsync the file,
+        // then the directory).
+        storage
+            .sync_dir("")
+            .map_err(|e| Error::io("syncing the environment directory", e))?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -50,4 +50,4 @@ mod txn;
 pub use check::CheckReport;
 pub use env::{DATA_FILE, Durability, Environment, Options, Stats};
 pub use error::{CorruptionSite, Error, Result};
-pub use txn::{ReadTxn, Tree, TreeMut, WriteTxn};
+pub use txn::{ReadTxn, Tree, TreeMut, WriteBatch, WriteTxn};

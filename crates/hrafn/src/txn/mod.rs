@@ -8,10 +8,12 @@
 //! loses only this unacknowledged transaction; after it, replay rebuilds it.
 
 mod alloc;
+pub mod merge;
 pub mod read;
 pub mod readers;
 pub mod state;
 pub mod write;
 
+pub use merge::WriteBatch;
 pub use read::{ReadTxn, Tree};
 pub use write::{TreeMut, WriteTxn, WriterCore};

@@ -1,0 +1,322 @@
+//! Transaction merging (group commit): many threads submit write requests; one of them —
+//! the leader, whichever found no leader at work — drains the queue into one write
+//! transaction, commits it with one journal write, and wakes every caller with its own
+//! result. No extra thread: leadership passes to the next caller when the queue empties.
+//!
+//! If a request fails (an error, a failed expectation, or a panic), the merged transaction
+//! is abandoned and its requests are run again one transaction each, so only the failing
+//! request gets an error. Requests are therefore re-runnable: batches are data, closures
+//! are `Fn`.
+//!
+//! Back-pressure: the queue holds at most `merge_queue_max_requests` requests; a caller
+//! finding it full waits up to `merge_wait_timeout_ms`, then gets [`Error::Timeout`]. One
+//! merged transaction takes at most `merge_batch_max_requests` requests and
+//! `merge_batch_max_bytes` of batch data, so memory stays bounded under any load.
+
+use super::write::WriteTxn;
+use crate::env::EnvInner;
+use crate::error::{Error, Result};
+use parking_lot::{Condvar, Mutex};
+use std::collections::VecDeque;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// One operation of a [`WriteBatch`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum BatchOp {
+    Insert {
+        tree: String,
+        key: Vec<u8>,
+        value: Vec<u8>,
+    },
+    Remove {
+        tree: String,
+        key: Vec<u8>,
+    },
+    Expect {
+        tree: String,
+        key: Vec<u8>,
+        value: Option<Vec<u8>>,
+    },
+}
+
+/// A list of writes applied atomically by [`crate::Environment::write`], merged with other
+/// threads' batches into one durable journal write.
+///
+/// Expectations give optimistic concurrency: read in a snapshot, build a batch that
+/// expects what you read, submit; if another commit changed those keys meanwhile, this
+/// batch alone fails with [`Error::Conflict`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WriteBatch {
+    ops: Vec<BatchOp>,
+    size_bytes: usize,
+}
+
+impl WriteBatch {
+    /// An empty batch.
+    pub fn new() -> WriteBatch {
+        WriteBatch::default()
+    }
+
+    /// Inserts or replaces `key` in `tree` (created if missing).
+    pub fn insert(
+        &mut self,
+        tree: &str,
+        key: impl AsRef<[u8]>,
+        value: impl AsRef<[u8]>,
+    ) -> &mut Self {
+        let (key, value) = (key.as_ref().to_vec(), value.as_ref().to_vec());
+        self.size_bytes += tree.len() + key.len() + value.len();
+        self.ops.push(BatchOp::Insert {
+            tree: tree.to_owned(),
+            key,
+            value,
+        });
+        self
+    }
+
+    /// Removes `key` from `tree`.
+    pub fn remove(&mut self, tree: &str, key: impl AsRef<[u8]>) -> &mut Self {
+        let key = key.as_ref().to_vec();
+        self.size_bytes += tree.len() + key.len();
+        self.ops.push(BatchOp::Remove {
+            tree: tree.to_owned(),
+            key,
+        });
+        self
+    }
+
+    /// Requires `key` in `tree` to hold `value` (`None` = absent) when the batch applies;
+    /// otherwise the batch fails with [`Error::Conflict`] and applies nothing.
+    pub fn expect(&mut self, tree: &str, key: impl AsRef<[u8]>, value: Option<&[u8]>) -> &mut Self {
+        let key = key.as_ref().to_vec();
+        self.size_bytes += tree.len() + key.len() + value.map_or(0, <[u8]>::len);
+        self.ops.push(BatchOp::Expect {
+            tree: tree.to_owned(),
+            key,
+            value: value.map(<[u8]>::to_vec),
+        });
+        self
+    }
+
+    /// Number of operations.
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// Whether the batch has no operations.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    /// Approximate bytes of keys and values held.
+    pub fn size_bytes(&self) -> usize {
+        self.size_bytes
+    }
+
+    fn apply(&self, wtx: &mut WriteTxn<'_>) -> Result<()> {
+        for op in &self.ops {
+            match op {
+                BatchOp::Insert { tree, key, value } => {
+                    wtx.open_tree(tree)?.insert(key, value)?;
+                }
+                BatchOp::Remove { tree, key } => {
+                    wtx.open_tree(tree)?.remove(key)?;
+                }
+                BatchOp::Expect { tree, key, value } => {
+                    let t = wtx.open_tree(tree)?;
+                    if t.get(key)? != value.as_deref() {
+                        return Err(Error::Conflict {
+                            tree: tree.clone(),
+                            key: key.clone(),
+                        });
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A closure request: must be re-runnable, since a failed merged transaction is retried
+/// one request at a time.
+pub type WriteFn = dyn Fn(&mut WriteTxn<'_>) -> Result<()> + Send + Sync;
+
+enum Work {
+    Batch(WriteBatch),
+    Closure(Box<WriteFn>),
+}
+
+/// Size charged for a closure request against the batch byte limit.
+const CLOSURE_SIZE_BYTES: usize = 256;
+
+struct Request {
+    work: Work,
+    size_bytes: usize,
+    result: Mutex<Option<Result<()>>>,
+    done: Condvar,
+}
+
+impl Request {
+    fn run(&self, wtx: &mut WriteTxn<'_>) -> Result<()> {
+        let outcome = catch_unwind(AssertUnwindSafe(|| match &self.work {
+            Work::Batch(batch) => batch.apply(wtx),
+            Work::Closure(f) => f(wtx),
+        }));
+        outcome.unwrap_or_else(|panic| {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "non-string panic".to_owned());
+            Err(Error::RequestPanicked { message })
+        })
+    }
+
+    fn complete(&self, result: Result<()>) {
+        *self.result.lock() = Some(result);
+        self.done.notify_all();
+    }
+}
+
+#[derive(Default)]
+struct Queue {
+    pending: VecDeque<Arc<Request>>,
+    leader_active: bool,
+}
+
+/// The merge queue of one environment.
+#[derive(Default)]
+pub(crate) struct Merger {
+    queue: Mutex<Queue>,
+    room: Condvar,
+    /// Most requests ever queued at once (for the back-pressure test).
+    pub queue_peak: AtomicU64,
+}
+
+impl Merger {
+    /// Submits a request and returns its result once it is durable (or failed).
+    fn submit(&self, env: &EnvInner, work: Work, size_bytes: usize) -> Result<()> {
+        let request = Arc::new(Request {
+            work,
+            size_bytes,
+            result: Mutex::new(None),
+            done: Condvar::new(),
+        });
+        let lead = {
+            let mut queue = self.queue.lock();
+            let limit = env.options.merge_queue_max_requests;
+            let started = Instant::now();
+            let timeout = Duration::from_millis(env.options.merge_wait_timeout_ms);
+            while queue.pending.len() >= limit {
+                if self
+                    .room
+                    .wait_for(&mut queue, timeout.saturating_sub(started.elapsed()))
+                    .timed_out()
+                    && queue.pending.len() >= limit
+                {
+                    return Err(Error::Timeout {
+                        what: "room in the merge queue".into(),
+                        waited_ms: started.elapsed().as_millis() as u64,
+                    });
+                }
+            }
+            queue.pending.push_back(Arc::clone(&request));
+            self.queue_peak
+                .fetch_max(queue.pending.len() as u64, Ordering::Relaxed);
+            let lead = !queue.leader_active;
+            queue.leader_active = true;
+            lead
+        };
+        if lead {
+            self.lead(env);
+        }
+        let mut result = request.result.lock();
+        while result.is_none() {
+            request.done.wait(&mut result);
+        }
+        result.take().expect("checked above")
+    }
+
+    /// Drains the queue in merged transactions until it is empty, then steps down.
+    fn lead(&self, env: &EnvInner) {
+        loop {
+            let batch: Vec<Arc<Request>> = {
+                let mut queue = self.queue.lock();
+                let mut taken: Vec<Arc<Request>> = Vec::new();
+                let mut bytes = 0;
+                while let Some(next) = queue.pending.front() {
+                    if !taken.is_empty()
+                        && (taken.len() >= env.options.merge_batch_max_requests
+                            || bytes + next.size_bytes > env.options.merge_batch_max_bytes)
+                    {
+                        break;
+                    }
+                    bytes += next.size_bytes;
+                    taken.push(queue.pending.pop_front().expect("front exists"));
+                }
+                if taken.is_empty() {
+                    queue.leader_active = false;
+                    return;
+                }
+                self.room.notify_all();
+                taken
+            };
+            run_merged(env, &batch);
+        }
+    }
+}
+
+/// Runs `batch` as one transaction; on any request failure, runs each request alone.
+fn run_merged(env: &EnvInner, batch: &[Arc<Request>]) {
+    let merged = (|| -> Result<Option<Error>> {
+        let mut wtx = WriteTxn::begin(env)?;
+        for request in batch {
+            if let Err(error) = request.run(&mut wtx) {
+                return Ok(Some(error));
+            }
+        }
+        wtx.commit()?;
+        Ok(None)
+    })();
+    match merged {
+        Ok(None) => {
+            env.counters
+                .merged_transactions
+                .fetch_add(1, Ordering::Relaxed);
+            env.counters
+                .merged_requests
+                .fetch_add(batch.len() as u64, Ordering::Relaxed);
+            for request in batch {
+                request.complete(Ok(()));
+            }
+        }
+        Ok(Some(error)) | Err(error) if batch.len() == 1 => batch[0].complete(Err(error)),
+        // A request failed and nothing was committed: one transaction per request, so
+        // only the failing one reports an error.
+        Ok(Some(_)) => {
+            for request in batch {
+                run_merged(env, std::slice::from_ref(request));
+            }
+        }
+        // The transaction itself failed (poisoned, I/O): every request shares the error.
+        Err(error) => {
+            for request in batch {
+                request.complete(Err(error.duplicate()));
+            }
+        }
+    }
+}
+
+/// Submits a batch (see [`crate::Environment::write`]).
+pub(crate) fn write(env: &EnvInner, batch: WriteBatch) -> Result<()> {
+    let size = batch.size_bytes().max(1);
+    env.merger.submit(env, Work::Batch(batch), size)
+}
+
+/// Submits a closure (see [`crate::Environment::submit`]).
+pub(crate) fn submit(env: &EnvInner, f: Box<WriteFn>) -> Result<()> {
+    env.merger.submit(env, Work::Closure(f), CLOSURE_SIZE_BYTES)
+}

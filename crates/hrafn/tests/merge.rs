@@ -1,0 +1,250 @@
+//! Transaction merging: concurrent requests share journal writes; failures stay isolated.
+
+mod common;
+
+use hrafn::storage::sim::{Damage, SimStorage};
+use hrafn::{Environment, Error, Options, WriteBatch};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+fn count_keys(env: &Environment, tree: &str) -> u64 {
+    let rtx = env.begin_read().expect("read");
+    match rtx.open_tree(tree) {
+        Ok(t) => t.len(),
+        Err(Error::TreeNotFound { .. }) => 0,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+#[test]
+fn many_threads_all_acknowledged_requests_survive_reopen() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let threads = 16u64;
+    let per_thread = 200 * common::scale();
+    {
+        let env = Arc::new(Environment::open(dir.path(), common::small_options()).expect("open"));
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let env = Arc::clone(&env);
+                std::thread::spawn(move || {
+                    for i in 0..per_thread {
+                        if i % 2 == 0 {
+                            let mut batch = WriteBatch::new();
+                            batch.insert("m", format!("{t:04}-{i:08}"), i.to_le_bytes());
+                            env.write(batch).expect("write");
+                        } else {
+                            env.submit(move |wtx| {
+                                wtx.open_tree("m")?
+                                    .insert(format!("{t:04}-{i:08}"), i.to_le_bytes())?;
+                                Ok(())
+                            })
+                            .expect("submit");
+                        }
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().expect("thread");
+        }
+        let stats = env.stats();
+        assert_eq!(stats.merged_requests, threads * per_thread);
+        assert!(
+            stats.merged_transactions < stats.merged_requests,
+            "requests were merged: {stats:?}"
+        );
+        eprintln!(
+            "merge: {} requests in {} transactions ({:.1} per journal write)",
+            stats.merged_requests,
+            stats.merged_transactions,
+            stats.merged_requests as f64 / stats.merged_transactions as f64
+        );
+    }
+    let env = Environment::open(dir.path(), common::small_options()).expect("reopen");
+    assert_eq!(count_keys(&env, "m"), threads * per_thread);
+    env.check().expect("integrity");
+}
+
+#[test]
+fn a_conflict_fails_only_its_own_request() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = Arc::new(Environment::open(dir.path(), common::small_options()).expect("open"));
+    let mut setup = WriteBatch::new();
+    setup.insert("c", b"balance", b"100");
+    env.write(setup).expect("setup");
+    // Many racing read-modify-write requests; each expects what its snapshot saw.
+    let successes = Arc::new(AtomicU64::new(0));
+    let conflicts = Arc::new(AtomicU64::new(0));
+    let handles: Vec<_> = (0..8)
+        .map(|t| {
+            let (env, successes, conflicts) = (
+                Arc::clone(&env),
+                Arc::clone(&successes),
+                Arc::clone(&conflicts),
+            );
+            std::thread::spawn(move || {
+                for i in 0..50u32 {
+                    let seen = {
+                        let rtx = env.begin_read().expect("read");
+                        rtx.open_tree("c")
+                            .expect("tree")
+                            .get(b"balance")
+                            .expect("get")
+                            .map(<[u8]>::to_vec)
+                    };
+                    let mut batch = WriteBatch::new();
+                    batch.expect("c", b"balance", seen.as_deref());
+                    batch.insert("c", b"balance", format!("{t}-{i}"));
+                    batch.insert("c", format!("log-{t}-{i}"), b"x");
+                    match env.write(batch) {
+                        Ok(()) => successes.fetch_add(1, Ordering::Relaxed),
+                        Err(Error::Conflict { .. }) => conflicts.fetch_add(1, Ordering::Relaxed),
+                        Err(e) => panic!("unexpected {e}"),
+                    };
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("thread");
+    }
+    let ok = successes.load(Ordering::Relaxed);
+    assert_eq!(ok + conflicts.load(Ordering::Relaxed), 400);
+    // Exactly the successful requests left a log entry: failed ones applied nothing.
+    assert_eq!(count_keys(&env, "c"), 1 + ok);
+    let mut stale = WriteBatch::new();
+    stale.expect("c", b"balance", Some(b"100"));
+    stale.insert("c", b"never", b"written");
+    assert!(matches!(env.write(stale), Err(Error::Conflict { .. })));
+}
+
+#[test]
+fn a_panicking_request_does_not_fail_the_others() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = Arc::new(Environment::open(dir.path(), common::small_options()).expect("open"));
+    let handles: Vec<_> = (0..8u32)
+        .map(|t| {
+            let env = Arc::clone(&env);
+            std::thread::spawn(move || {
+                let mut outcomes = Vec::new();
+                for i in 0..50u32 {
+                    let bad = (t + i) % 7 == 0;
+                    let result = env.submit(move |wtx| {
+                        wtx.open_tree("p")?.insert(format!("{t}-{i}"), b"v")?;
+                        if bad {
+                            panic!("request {t}-{i} fails on purpose");
+                        }
+                        Ok(())
+                    });
+                    outcomes.push((bad, result));
+                }
+                outcomes
+            })
+        })
+        .collect();
+    let mut good = 0;
+    for h in handles {
+        for (bad, result) in h.join().expect("thread") {
+            if bad {
+                assert!(
+                    matches!(result, Err(Error::RequestPanicked { .. })),
+                    "{result:?}"
+                );
+            } else {
+                result.expect("good request");
+                good += 1;
+            }
+        }
+    }
+    assert_eq!(count_keys(&env, "p"), good);
+}
+
+#[test]
+fn back_pressure_bounds_the_queue() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let options = Options {
+        merge_queue_max_requests: 4,
+        merge_batch_max_requests: 2,
+        ..common::small_options()
+    };
+    let env = Arc::new(Environment::open(dir.path(), options).expect("open"));
+    let handles: Vec<_> = (0..32u32)
+        .map(|t| {
+            let env = Arc::clone(&env);
+            std::thread::spawn(move || {
+                for i in 0..20u32 {
+                    let mut batch = WriteBatch::new();
+                    batch.insert("b", format!("{t}-{i}"), vec![0u8; 1000]);
+                    env.write(batch).expect("write");
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("thread");
+    }
+    let stats = env.stats();
+    assert!(
+        stats.merge_queue_peak <= 4,
+        "queue grew to {}",
+        stats.merge_queue_peak
+    );
+    assert!(stats.merged_requests == 640);
+    assert!(
+        stats.merged_requests <= 2 * stats.merged_transactions,
+        "batches are capped at 2"
+    );
+    assert_eq!(count_keys(&env, "b"), 640);
+}
+
+#[test]
+fn acknowledged_merged_writes_survive_a_simulated_power_loss() {
+    for crash_op in [400u64, 900, 1500, 2500] {
+        let sim = SimStorage::new(crash_op);
+        let storage: Arc<dyn hrafn::storage::Storage> = Arc::new(sim.clone());
+        let acked = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        {
+            let env =
+                match Environment::open_with_storage(Arc::clone(&storage), common::small_options())
+                {
+                    Ok(env) => Arc::new(env),
+                    Err(e) => panic!("open: {e}"),
+                };
+            sim.crash_at(crash_op);
+            let handles: Vec<_> = (0..4u32)
+                .map(|t| {
+                    let (env, acked) = (Arc::clone(&env), Arc::clone(&acked));
+                    std::thread::spawn(move || {
+                        for i in 0..200u32 {
+                            let mut batch = WriteBatch::new();
+                            batch.insert("s", format!("{t}-{i:04}"), b"v");
+                            if env.write(batch).is_err() {
+                                return;
+                            }
+                            acked.lock().push(format!("{t}-{i:04}"));
+                        }
+                    })
+                })
+                .collect();
+            for h in handles {
+                h.join().expect("thread");
+            }
+        }
+        let after = sim.power_cut(Damage::Random);
+        let env = Environment::open_with_storage(Arc::new(after), common::small_options())
+            .expect("reopen");
+        let rtx = env.begin_read().expect("read");
+        let acked = acked.lock();
+        if !acked.is_empty() {
+            let t = rtx.open_tree("s").expect("tree");
+            for key in acked.iter() {
+                assert!(
+                    t.get(key).expect("get").is_some(),
+                    "acknowledged {key} lost (crash at op {crash_op})"
+                );
+            }
+        }
+        drop(rtx);
+        env.check().expect("integrity");
+    }
+}
