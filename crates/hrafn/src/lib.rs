@@ -51,3 +51,8 @@ pub use check::CheckReport;
 pub use env::{DATA_FILE, Durability, Environment, Options, Stats};
 pub use error::{CorruptionSite, Error, Result};
 pub use txn::{ReadTxn, Tree, TreeMut, WriteBatch, WriteTxn};
+
+/// The README's example, compiled and run as a doctest.
+#[doc = include_str!("../../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
