@@ -272,15 +272,8 @@ impl Environment {
         }
         let journal_index = Mutex::new(JournalIndex::default());
         let next_journal = replayed.highest_journal_number.max(header.journal_number) + 1;
-        let durable = options.durability == Durability::Immediate;
-        let journal = JournalWriter::start(
-            Arc::clone(&storage),
-            durable,
-            options.journal_file_size_bytes,
-            next_journal,
-            replayed.chain_checksum,
-            &journal_index,
-        )?;
+        // The header moves replay to the (still empty) next journal first; only then are
+        // the old journals unnecessary, and the writer can start by reusing one of them.
         let new_header = Header {
             revision: header.revision + 1,
             env_id: header.env_id,
@@ -291,15 +284,16 @@ impl Environment {
             next_page_number: replayed.next_page_number,
         };
         header::write(&*storage, &new_header)?;
-        storage.note(StorageEvent::HeaderDurable {
-            synced_txn_id: replayed.last_txn_id,
-        });
-        retire_old_journals(
-            &*storage,
+        storage.note(StorageEvent::HeaderDurable { synced_txn_id: replayed.last_txn_id });
+        retire_old_journals(&*storage, next_journal, &options, &journal_index, replayed.last_txn_id)?;
+        let durable = options.durability == Durability::Immediate;
+        let journal = JournalWriter::start(
+            Arc::clone(&storage),
+            durable,
+            options.journal_file_size_bytes,
             next_journal,
-            &options,
+            replayed.chain_checksum,
             &journal_index,
-            replayed.last_txn_id,
         )?;
 
         // Map the data file and check the meta page.
