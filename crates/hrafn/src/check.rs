@@ -118,16 +118,21 @@ pub fn check<'a, S: PageSource<'a>>(src: S) -> Result<CheckReport> {
     Ok(walker.report)
 }
 
+/// Called for every leaf entry (key, value) of a walked tree.
+type Visit<'v> = dyn FnMut(&[u8], &[u8]) -> Result<()> + 'v;
+
+/// A node to check: page, depth, inclusive lower and exclusive upper key bounds.
+type Pending = (u64, usize, Option<Vec<u8>>, Option<Vec<u8>>);
+
 /// Walks one tree depth-first, checking order and bounds, calling `visit` per leaf entry.
 fn walk_tree<'a, S: PageSource<'a>>(
     src: S,
     tree: &TreeHeader,
     walker: &mut Walker,
-    visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<()>,
+    visit: &mut Visit<'_>,
 ) -> Result<()> {
     // (page, depth, lower bound inclusive, upper bound exclusive)
-    let mut stack: Vec<(u64, usize, Option<Vec<u8>>, Option<Vec<u8>>)> =
-        vec![(tree.root_page, 0, None, None)];
+    let mut stack: Vec<Pending> = vec![(tree.root_page, 0, None, None)];
     let mut leaf_depth = None;
     let mut entries = 0u64;
     while let Some((page_number, depth, low, high)) = stack.pop() {

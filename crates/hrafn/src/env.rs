@@ -122,6 +122,9 @@ pub struct Stats {
     pub merged_requests: u64,
     /// Most merged requests ever waiting at once (bounded by the queue limit).
     pub merge_queue_peak: u64,
+    /// Write transactions that began while the previous one's journal write was still in
+    /// flight (pipelined commit).
+    pub pipelined_commits: u64,
 }
 
 /// Counters updated as the engine runs.
@@ -137,6 +140,7 @@ pub(crate) struct Counters {
     pub syncs: AtomicU64,
     pub merged_transactions: AtomicU64,
     pub merged_requests: AtomicU64,
+    pub pipelined_commits: AtomicU64,
 }
 
 /// Everything an environment owns; shared with the flusher thread.
@@ -146,6 +150,11 @@ pub(crate) struct EnvInner {
     pub state: ArcSwap<State>,
     pub readers: ReaderTable,
     pub writer: Mutex<WriterCore>,
+    /// The journal writer; records are appended in transaction order (`journal_turn`).
+    pub journal: Mutex<JournalWriter>,
+    pub journal_turn: parking_lot::Condvar,
+    /// Transactions prepared but not yet through their journal write.
+    pub commits_in_flight: AtomicU64,
     /// Serializes publishing states (commit and flush both derive from the current one).
     pub publish: Mutex<()>,
     pub data_file: Arc<dyn StorageFile>,
@@ -284,8 +293,16 @@ impl Environment {
             next_page_number: replayed.next_page_number,
         };
         header::write(&*storage, &new_header)?;
-        storage.note(StorageEvent::HeaderDurable { synced_txn_id: replayed.last_txn_id });
-        retire_old_journals(&*storage, next_journal, &options, &journal_index, replayed.last_txn_id)?;
+        storage.note(StorageEvent::HeaderDurable {
+            synced_txn_id: replayed.last_txn_id,
+        });
+        retire_old_journals(
+            &*storage,
+            next_journal,
+            &options,
+            &journal_index,
+            replayed.last_txn_id,
+        )?;
         let durable = options.durability == Durability::Immediate;
         let journal = JournalWriter::start(
             Arc::clone(&storage),
@@ -293,6 +310,7 @@ impl Environment {
             options.journal_file_size_bytes,
             next_journal,
             replayed.chain_checksum,
+            replayed.last_txn_id,
             &journal_index,
         )?;
 
@@ -323,12 +341,15 @@ impl Environment {
             ));
         }
         let journal_file = journal.current_file();
-        let writer = WriterCore::new(journal, replayed.last_txn_id, &state, &meta)?;
+        let writer = WriterCore::new(replayed.last_txn_id, &state, &meta)?;
         let inner = Arc::new(EnvInner {
             storage,
             state: ArcSwap::from_pointee(state),
             readers: ReaderTable::new(options.readers_max),
             writer: Mutex::new(writer),
+            journal: Mutex::new(journal),
+            journal_turn: parking_lot::Condvar::new(),
+            commits_in_flight: AtomicU64::new(0),
             publish: Mutex::new(()),
             data_file,
             journal_index,
@@ -434,6 +455,7 @@ impl Environment {
             merged_transactions: c.merged_transactions.load(Ordering::Relaxed),
             merged_requests: c.merged_requests.load(Ordering::Relaxed),
             merge_queue_peak: inner.merger.queue_peak.load(Ordering::Relaxed),
+            pipelined_commits: c.pipelined_commits.load(Ordering::Relaxed),
         }
     }
 }

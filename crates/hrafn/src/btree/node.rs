@@ -103,7 +103,7 @@ fn slot(page: &[u8], i: usize, page_number: u64) -> Result<usize> {
         return Err(corrupt(page_number, "slot index out of range"));
     }
     let offset = usize::from(get_u16(page, at));
-    if offset < PAGE_HEADER_SIZE_BYTES || offset >= PAGE_SIZE_BYTES {
+    if !(PAGE_HEADER_SIZE_BYTES..PAGE_SIZE_BYTES).contains(&offset) {
         return Err(corrupt(page_number, "slot points outside the node"));
     }
     Ok(offset)

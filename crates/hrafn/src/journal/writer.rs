@@ -93,6 +93,7 @@ pub struct JournalWriter {
     position_bytes: u64,
     file_size_bytes: u64,
     prev_checksum: u64,
+    last_txn_id: u64,
     compressed: Vec<u8>,
     aligned: Vec<u8>,
     /// Bytes written to journals (records, padding included).
@@ -113,6 +114,7 @@ impl JournalWriter {
         standard_file_size_bytes: u64,
         journal_number: u64,
         prev_checksum: u64,
+        last_txn_id: u64,
         index: &parking_lot::Mutex<JournalIndex>,
     ) -> Result<JournalWriter> {
         let kind = if durable {
@@ -136,11 +138,17 @@ impl JournalWriter {
             position_bytes: 0,
             file_size_bytes,
             prev_checksum,
+            last_txn_id,
             compressed: Vec::new(),
             aligned: Vec::new(),
             bytes_written: 0,
             payload_bytes: 0,
         })
+    }
+
+    /// The last transaction appended (or recovered).
+    pub fn last_txn_id(&self) -> u64 {
+        self.last_txn_id
     }
 
     /// The file being written.
@@ -165,6 +173,11 @@ impl JournalWriter {
         payload: &[u8],
         index: &parking_lot::Mutex<JournalIndex>,
     ) -> Result<RecordEnd> {
+        assert_eq!(
+            header.txn_id,
+            self.last_txn_id + 1,
+            "records are appended in transaction order"
+        );
         // LZ4 when it pays; incompressible payloads (random values) are stored raw.
         let max = lz4_flex::block::get_maximum_output_size(payload.len());
         self.compressed.resize(max, 0);
@@ -220,6 +233,7 @@ impl JournalWriter {
         }
         self.position_bytes += record_size as u64;
         self.prev_checksum = checksum;
+        self.last_txn_id = header.txn_id;
         self.bytes_written += record_size as u64;
         self.payload_bytes += payload.len() as u64;
         let end = RecordEnd {

@@ -204,7 +204,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let storage = FileStorage::new(dir.path()).expect("storage");
         let guard = storage.lock().expect("first lock");
-        let err = storage.lock().err().expect("second lock must fail");
+        let err = storage.lock().expect_err("second lock must fail");
         assert_eq!(err.kind(), io::ErrorKind::WouldBlock);
         drop(guard);
         storage.lock().expect("lock after release");

@@ -89,6 +89,10 @@ pub trait StorageFile: Send + Sync {
     fn sync_data(&self) -> io::Result<()>;
     /// Current size in bytes.
     fn len(&self) -> io::Result<u64>;
+    /// Whether the file is empty.
+    fn is_empty(&self) -> io::Result<bool> {
+        Ok(self.len()? == 0)
+    }
     /// Grows the file to at least `len_bytes` with allocated zeroed blocks (`fallocate`), so
     /// a later write into that range cannot fail with ENOSPC and a mapping never faults.
     fn allocate(&self, len_bytes: u64) -> io::Result<()>;

@@ -155,8 +155,15 @@ const CLOSURE_SIZE_BYTES: usize = 256;
 struct Request {
     work: Work,
     size_bytes: usize,
-    result: Mutex<Option<Result<()>>>,
+    state: Mutex<RequestState>,
     done: Condvar,
+}
+
+#[derive(Default)]
+struct RequestState {
+    result: Option<Result<()>>,
+    /// Set when the previous leader hands leadership to this waiting caller.
+    lead: bool,
 }
 
 impl Request {
@@ -176,7 +183,12 @@ impl Request {
     }
 
     fn complete(&self, result: Result<()>) {
-        *self.result.lock() = Some(result);
+        self.state.lock().result = Some(result);
+        self.done.notify_all();
+    }
+
+    fn hand_lead(&self) {
+        self.state.lock().lead = true;
         self.done.notify_all();
     }
 }
@@ -192,6 +204,7 @@ struct Queue {
 pub(crate) struct Merger {
     queue: Mutex<Queue>,
     room: Condvar,
+    wake: Condvar,
     /// Most requests ever queued at once (for the back-pressure test).
     pub queue_peak: AtomicU64,
 }
@@ -202,7 +215,7 @@ impl Merger {
         let request = Arc::new(Request {
             work,
             size_bytes,
-            result: Mutex::new(None),
+            state: Mutex::new(RequestState::default()),
             done: Condvar::new(),
         });
         let lead = {
@@ -224,6 +237,7 @@ impl Merger {
                 }
             }
             queue.pending.push_back(Arc::clone(&request));
+            self.wake.notify_all();
             self.queue_peak
                 .fetch_max(queue.pending.len() as u64, Ordering::Relaxed);
             let lead = !queue.leader_active;
@@ -233,56 +247,130 @@ impl Merger {
         if lead {
             self.lead(env);
         }
-        let mut result = request.result.lock();
-        while result.is_none() {
-            request.done.wait(&mut result);
+        loop {
+            let mut state = request.state.lock();
+            while state.result.is_none() && !state.lead {
+                request.done.wait(&mut state);
+            }
+            if let Some(result) = state.result.take() {
+                return result;
+            }
+            state.lead = false;
+            drop(state);
+            self.lead(env);
         }
-        result.take().expect("checked above")
     }
 
-    /// Drains the queue in merged transactions until it is empty, then steps down.
+    /// Drains the queue in merged transactions. While an earlier transaction's journal
+    /// write is in flight, the leader keeps running newly arrived requests in the next
+    /// transaction (pipelined commit); when that write completes — or the transaction is
+    /// full — it prepares the transaction, hands leadership to the next waiting caller, and
+    /// finishes (journal write, publish, wake callers).
     fn lead(&self, env: &EnvInner) {
         loop {
-            let batch: Vec<Arc<Request>> = {
-                let mut queue = self.queue.lock();
-                let mut taken: Vec<Arc<Request>> = Vec::new();
-                let mut bytes = 0;
-                while let Some(next) = queue.pending.front() {
-                    if !taken.is_empty()
-                        && (taken.len() >= env.options.merge_batch_max_requests
-                            || bytes + next.size_bytes > env.options.merge_batch_max_bytes)
-                    {
-                        break;
+            let mut executed: Vec<Arc<Request>> = Vec::new();
+            let mut bytes = 0;
+            let mut wtx: Option<WriteTxn<'_>> = None;
+            let mut failed = false;
+            loop {
+                let taken = {
+                    let mut queue = self.queue.lock();
+                    loop {
+                        let full = executed.len() >= env.options.merge_batch_max_requests
+                            || bytes >= env.options.merge_batch_max_bytes;
+                        if !queue.pending.is_empty() && !full {
+                            break;
+                        }
+                        let idle = env.commits_in_flight.load(Ordering::SeqCst) == 0;
+                        if full || (!executed.is_empty() && idle) {
+                            break;
+                        }
+                        if executed.is_empty() {
+                            queue.leader_active = false;
+                            return;
+                        }
+                        // Wait for more requests or for the journal write ahead to finish.
+                        self.wake.wait_for(&mut queue, Duration::from_millis(5));
                     }
-                    bytes += next.size_bytes;
-                    taken.push(queue.pending.pop_front().expect("front exists"));
-                }
+                    let mut taken: Vec<Arc<Request>> = Vec::new();
+                    while let Some(next) = queue.pending.front() {
+                        let count = executed.len() + taken.len();
+                        if count > 0
+                            && (count >= env.options.merge_batch_max_requests
+                                || bytes + next.size_bytes > env.options.merge_batch_max_bytes)
+                        {
+                            break;
+                        }
+                        bytes += next.size_bytes;
+                        taken.push(queue.pending.pop_front().expect("front exists"));
+                    }
+                    if !taken.is_empty() {
+                        self.room.notify_all();
+                    }
+                    taken
+                };
                 if taken.is_empty() {
-                    queue.leader_active = false;
+                    break; // full, or the journal is idle: commit what we have
+                }
+                for request in taken {
+                    if !failed {
+                        let txn = match &mut wtx {
+                            Some(t) => Ok(t),
+                            None => WriteTxn::begin(env).map(|t| wtx.insert(t)),
+                        };
+                        failed = match txn {
+                            Ok(t) => request.run(t).is_err(),
+                            Err(_) => true,
+                        };
+                    }
+                    executed.push(request);
+                }
+                if failed {
+                    break;
+                }
+            }
+            if failed {
+                // Nothing of the merged transaction is kept: each request runs alone.
+                drop(wtx);
+                for request in &executed {
+                    run_single(env, request);
+                }
+                continue;
+            }
+            let Some(wtx) = wtx else { continue };
+            match wtx.prepare() {
+                Ok(Some(prepared)) => {
+                    self.hand_over();
+                    let result = prepared.finish();
+                    complete_all(env, &executed, result);
                     return;
                 }
-                self.room.notify_all();
-                taken
-            };
-            run_merged(env, &batch);
+                Ok(None) => complete_all(env, &executed, Ok(())),
+                Err(error) => complete_all(env, &executed, Err(error)),
+            }
+        }
+    }
+
+    /// Wakes a leader waiting for requests or for the journal.
+    pub(crate) fn wake(&self) {
+        let _queue = self.queue.lock();
+        self.wake.notify_all();
+    }
+
+    /// Passes leadership to the oldest waiting caller, or steps down if none waits.
+    fn hand_over(&self) {
+        let mut queue = self.queue.lock();
+        match queue.pending.front() {
+            Some(next) => next.hand_lead(),
+            None => queue.leader_active = false,
         }
     }
 }
 
-/// Runs `batch` as one transaction; on any request failure, runs each request alone.
-fn run_merged(env: &EnvInner, batch: &[Arc<Request>]) {
-    let merged = (|| -> Result<Option<Error>> {
-        let mut wtx = WriteTxn::begin(env)?;
-        for request in batch {
-            if let Err(error) = request.run(&mut wtx) {
-                return Ok(Some(error));
-            }
-        }
-        wtx.commit()?;
-        Ok(None)
-    })();
-    match merged {
-        Ok(None) => {
+/// Gives every request of a merged transaction the transaction's result.
+fn complete_all(env: &EnvInner, batch: &[Arc<Request>], result: Result<()>) {
+    match result {
+        Ok(()) => {
             env.counters
                 .merged_transactions
                 .fetch_add(1, Ordering::Relaxed);
@@ -293,21 +381,27 @@ fn run_merged(env: &EnvInner, batch: &[Arc<Request>]) {
                 request.complete(Ok(()));
             }
         }
-        Ok(Some(error)) | Err(error) if batch.len() == 1 => batch[0].complete(Err(error)),
-        // A request failed and nothing was committed: one transaction per request, so
-        // only the failing one reports an error.
-        Ok(Some(_)) => {
-            for request in batch {
-                run_merged(env, std::slice::from_ref(request));
-            }
-        }
-        // The transaction itself failed (poisoned, I/O): every request shares the error.
         Err(error) => {
             for request in batch {
                 request.complete(Err(error.duplicate()));
             }
         }
     }
+}
+
+/// Runs one request in its own transaction and completes it.
+fn run_single(env: &EnvInner, request: &Request) {
+    let result = WriteTxn::begin(env).and_then(|mut wtx| {
+        request.run(&mut wtx)?;
+        wtx.commit()
+    });
+    if result.is_ok() {
+        env.counters
+            .merged_transactions
+            .fetch_add(1, Ordering::Relaxed);
+        env.counters.merged_requests.fetch_add(1, Ordering::Relaxed);
+    }
+    request.complete(result);
 }
 
 /// Submits a batch (see [`crate::Environment::write`]).

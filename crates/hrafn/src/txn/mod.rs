@@ -8,6 +8,7 @@
 //! loses only this unacknowledged transaction; after it, replay rebuilds it.
 
 mod alloc;
+mod commit;
 pub mod merge;
 pub mod read;
 pub mod readers;

@@ -1,23 +1,22 @@
 //! The write transaction: copy-on-write into scratch, commit through the journal, publish.
 
+use super::commit::{Prepared, with_pages};
 use super::read::{bounds, list_trees, lookup_tree, prefix_end};
 use super::state::State;
 use crate::btree::{self, PageSource, PageStore, Range, TreeHeader, write as tree_write};
 use crate::env::EnvInner;
 use crate::error::{Error, Result};
-use crate::journal::JournalWriter;
 use crate::journal::diff::encode_page;
 use crate::journal::record::RecordHeader;
 use crate::limits::{KEY_SIZE_MAX_BYTES, PAGE_SIZE_BYTES, VALUE_SIZE_MAX_BYTES};
 use crate::meta::{META_PAGE_NUMBER, Meta};
 use crate::page::{PageKind, init, seal, span_pages};
-use crate::scratch::{PageBuf, PttEntry};
+use crate::scratch::PageBuf;
 use parking_lot::MutexGuard;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::ops::RangeBounds;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 /// Hasher for page numbers: one multiply, no per-lookup state (page numbers are not
@@ -43,31 +42,27 @@ type DirtyMap = HashMap<u64, PageBuf, BuildHasherDefault<PageHasher>>;
 
 /// State the single writer keeps between transactions (guarded by the write lock).
 pub struct WriterCore {
-    pub(crate) journal: JournalWriter,
     pub(crate) last_txn_id: u64,
     /// First bitmap that may hold a free bit, and the number of free pages.
     pub(crate) free_hint: usize,
     pub(crate) free_pages: u64,
-    payload: Vec<u8>,
+    /// The state of the last prepared transaction while its record is being written.
+    pub(crate) pending: Option<Arc<State>>,
+    payload_capacity_hint: usize,
 }
 
 impl WriterCore {
-    pub(crate) fn new(
-        journal: JournalWriter,
-        last_txn_id: u64,
-        state: &State,
-        meta: &Meta,
-    ) -> Result<WriterCore> {
+    pub(crate) fn new(last_txn_id: u64, state: &State, meta: &Meta) -> Result<WriterCore> {
         let mut free_pages = 0;
         for &bitmap in &meta.bitmaps {
             free_pages += crate::freespace::count_free(state.page(bitmap)?);
         }
         Ok(WriterCore {
-            journal,
             last_txn_id,
             free_hint: 0,
             free_pages,
-            payload: Vec::new(),
+            pending: None,
+            payload_capacity_hint: 0,
         })
     }
 }
@@ -101,7 +96,18 @@ impl<'env> WriteTxn<'env> {
         env.check_poison()?;
         let core = env.writer.lock();
         env.check_poison()?;
-        let (slot, base) = env.readers.register(&env.state)?;
+        let (slot, published) = env.readers.register(&env.state)?;
+        // A prepared transaction whose record is still being written is newer than the
+        // published state: build on it (its pages reach readers only at its publish).
+        let base = match &core.pending {
+            Some(pending) if pending.txn_id > published.txn_id => {
+                env.counters
+                    .pipelined_commits
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                Arc::clone(pending)
+            }
+            _ => published,
+        };
         let meta = match Meta::decode(match (&*base).page(META_PAGE_NUMBER) {
             Ok(p) => p,
             Err(e) => {
@@ -241,7 +247,16 @@ impl<'env> WriteTxn<'env> {
     /// # Errors
     /// I/O errors writing the journal poison the environment (the record may be partly
     /// written); [`Error::ScratchFull`]; corruption met while finishing tree updates.
-    pub fn commit(mut self) -> Result<()> {
+    pub fn commit(self) -> Result<()> {
+        match self.prepare()? {
+            Some(prepared) => prepared.finish(),
+            None => Ok(()),
+        }
+    }
+
+    /// Steps 1 and 2 of the commit protocol: finish tree headers, bitmaps and the meta
+    /// page, then seal and diff every dirty page. `None` when nothing changed.
+    pub(crate) fn prepare(mut self) -> Result<Option<Prepared<'env>>> {
         self.env.check_poison()?;
         self.write_back_trees()?;
         let freed = std::mem::take(&mut self.freed);
@@ -249,7 +264,7 @@ impl<'env> WriteTxn<'env> {
             self.release_run(page_number, count)?;
         }
         if self.dirty.is_empty() && self.meta == self.meta_at_begin {
-            return Ok(()); // read-only: nothing to journal
+            return Ok(None); // read-only: nothing to journal
         }
         if self.meta != self.meta_at_begin {
             let meta = self.meta.clone();
@@ -257,17 +272,16 @@ impl<'env> WriteTxn<'env> {
             meta.encode(page);
         }
         let txn_id = self.txn_id;
-        let env = self.env;
 
         // Seal and diff, in page order (sequential for replay, deterministic for tests).
         let mut page_numbers: Vec<u64> = self.dirty.keys().copied().collect();
         page_numbers.sort_unstable();
-        let mut payload = std::mem::take(&mut self.core.payload);
-        payload.clear();
+        let mut payload = Vec::with_capacity(self.core.payload_capacity_hint);
         let mut page_count = 0u32;
         let mut dirty_bytes = 0u64;
+        let mut pages = Vec::with_capacity(page_numbers.len());
         for &page_number in &page_numbers {
-            let buf = self.dirty.get_mut(&page_number).expect("listed above");
+            let mut buf = self.dirty.remove(&page_number).expect("listed above");
             seal(buf.bytes_mut(), page_number);
             dirty_bytes += buf.bytes().len() as u64;
             for (i, new) in buf.bytes().chunks_exact(PAGE_SIZE_BYTES).enumerate() {
@@ -276,7 +290,9 @@ impl<'env> WriteTxn<'env> {
                     page_count += 1;
                 }
             }
+            pages.push((page_number, Arc::new(buf)));
         }
+        self.core.payload_capacity_hint = payload.len().min(1 << 20);
         let header = RecordHeader {
             flags: 0,
             txn_id,
@@ -295,74 +311,36 @@ impl<'env> WriteTxn<'env> {
             payload_checksum: 0,
             checksum: 0,
         };
-        let before = (
-            self.core.journal.bytes_written,
-            self.core.journal.journal_number(),
-        );
-        let appended = self
-            .core
-            .journal
-            .append(header, &payload, &env.journal_index);
-        self.core.payload = payload;
-        if let Err(error) = appended {
-            env.poison_with(&error);
-            return Err(error);
-        }
-        let after_number = self.core.journal.journal_number();
-        if after_number != before.1 {
-            *env.journal_file.lock() = self.core.journal.current_file();
-            env.current_journal.store(after_number, Ordering::SeqCst);
-        }
-        let c = &env.counters;
-        c.commits.fetch_add(1, Ordering::Relaxed);
-        c.journal_writes.fetch_add(1, Ordering::Relaxed);
-        c.journal_bytes_written.fetch_add(
-            self.core.journal.bytes_written - before.0,
-            Ordering::Relaxed,
-        );
-        c.journal_payload_bytes
-            .fetch_add(self.core.payload.len() as u64, Ordering::Relaxed);
-        c.dirty_page_bytes.fetch_add(dirty_bytes, Ordering::Relaxed);
-
-        // Publish: the new PTT entries on top of the current state (the flusher may have
-        // removed entries since this transaction began).
-        {
-            let _publish = env.publish.lock();
-            let current = env.state.load_full();
-            let mut ptt = current.ptt.clone();
-            for (page_number, buf) in self.dirty.drain() {
-                let buf = Arc::new(buf);
-                for i in 0..buf.page_count() {
-                    let number = page_number + i as u64;
-                    let first_unflushed_txn_id = current
-                        .ptt
-                        .get(&number)
-                        .map_or(txn_id, |e| e.first_unflushed_txn_id);
-                    ptt.insert(
-                        number,
-                        PttEntry {
-                            txn_id,
-                            first_unflushed_txn_id,
-                            buf: Arc::clone(&buf),
-                            index_in_buf: i as u32,
-                        },
-                    );
-                }
-            }
-            env.state.store(Arc::new(State {
-                txn_id,
-                ptt,
-                data: current.data.clone(),
-            }));
+        // The next write transaction starts from this one's pages while its record is
+        // still being written (pipelined commit); readers do not see them until publish.
+        let pending = State {
+            txn_id,
+            ptt: with_pages(&self.base.ptt, &pages, txn_id),
+            data: self.base.data.clone(),
+        };
+        self.core.pending = Some(Arc::new(pending));
+        let ahead = self
+            .env
+            .commits_in_flight
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if ahead > 0 {
+            self.env
+                .counters
+                .pipelined_commits
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         self.core.last_txn_id = txn_id;
         self.core.free_hint = self.free_hint;
         self.core.free_pages = self.free_pages;
-        let unflushed = env.usage.used_bytes();
-        if unflushed >= env.options.flush_threshold_bytes {
-            env.flusher.kick();
-        }
-        Ok(())
+        Ok(Some(Prepared {
+            env: self.env,
+            txn_id,
+            header,
+            payload,
+            pages,
+            dirty_bytes,
+            finished: false,
+        }))
     }
 
     /// Discards every change (the same as dropping the transaction).

@@ -1,0 +1,135 @@
+//! Steps 3 and 4 of the commit protocol, split from preparation so they can overlap the
+//! next transaction (pipelined commit): the record of transaction N is appended and N is
+//! published while N+1 already runs on N's pending state. Records are appended strictly in
+//! transaction order (each waits for its turn), so N+1 is never durable — nor acknowledged —
+//! before N.
+
+use super::state::State;
+use crate::env::EnvInner;
+use crate::error::{Error, Result};
+use crate::journal::record::RecordHeader;
+use crate::scratch::{PageBuf, Ptt, PttEntry};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+/// A transaction sealed and diffed, waiting for its journal write.
+pub(crate) struct Prepared<'env> {
+    pub env: &'env EnvInner,
+    pub txn_id: u64,
+    pub header: RecordHeader,
+    pub payload: Vec<u8>,
+    pub pages: Vec<(u64, Arc<PageBuf>)>,
+    pub dirty_bytes: u64,
+    pub finished: bool,
+}
+
+/// `ptt` plus `pages` written by `txn_id`. An entry replacing an unflushed version keeps
+/// that version's `first_unflushed_txn_id` (the sync rule in `flush.rs`).
+pub(crate) fn with_pages(ptt: &Ptt, pages: &[(u64, Arc<PageBuf>)], txn_id: u64) -> Ptt {
+    let mut out = ptt.clone();
+    for (page_number, buf) in pages {
+        for i in 0..buf.page_count() {
+            let number = page_number + i as u64;
+            let first_unflushed_txn_id = ptt
+                .get(&number)
+                .map_or(txn_id, |e| e.first_unflushed_txn_id);
+            out.insert(
+                number,
+                PttEntry {
+                    txn_id,
+                    first_unflushed_txn_id,
+                    buf: Arc::clone(buf),
+                    index_in_buf: i as u32,
+                },
+            );
+        }
+    }
+    out
+}
+
+impl Prepared<'_> {
+    /// Appends the record (durable on return), then publishes the new state.
+    ///
+    /// # Errors
+    /// A failed journal write poisons the environment; a transaction prepared on top of a
+    /// failed one fails with [`Error::Poisoned`].
+    pub fn finish(mut self) -> Result<()> {
+        self.finished = true;
+        let env = self.env;
+        let result = self.append_and_publish();
+        if result.is_err() {
+            self.release(env);
+        }
+        result
+    }
+
+    /// Counts this transaction out of the pipeline and wakes whoever waits on it.
+    fn release(&self, env: &EnvInner) {
+        env.commits_in_flight.fetch_sub(1, Ordering::SeqCst);
+        env.journal_turn.notify_all();
+        env.merger.wake();
+    }
+
+    fn append_and_publish(&mut self) -> Result<()> {
+        let env = self.env;
+        let mut journal = env.journal.lock();
+        while journal.last_txn_id() + 1 != self.txn_id {
+            env.check_poison()?;
+            env.journal_turn.wait(&mut journal);
+        }
+        env.check_poison()?;
+        let (bytes_before, number_before) = (journal.bytes_written, journal.journal_number());
+        let appended = journal.append(self.header, &self.payload, &env.journal_index);
+        if let Err(error) = appended {
+            env.poison_with(&error);
+            return Err(error);
+        }
+        if journal.journal_number() != number_before {
+            *env.journal_file.lock() = journal.current_file();
+            env.current_journal
+                .store(journal.journal_number(), Ordering::SeqCst);
+        }
+        let c = &env.counters;
+        c.commits.fetch_add(1, Ordering::Relaxed);
+        c.journal_writes.fetch_add(1, Ordering::Relaxed);
+        c.journal_bytes_written
+            .fetch_add(journal.bytes_written - bytes_before, Ordering::Relaxed);
+        c.journal_payload_bytes
+            .fetch_add(self.payload.len() as u64, Ordering::Relaxed);
+        c.dirty_page_bytes
+            .fetch_add(self.dirty_bytes, Ordering::Relaxed);
+
+        // Publish on top of the current state (the flusher may have removed entries).
+        {
+            let _publish = env.publish.lock();
+            let current = env.state.load_full();
+            let ptt = with_pages(&current.ptt, &self.pages, self.txn_id);
+            env.state.store(Arc::new(State {
+                txn_id: self.txn_id,
+                ptt,
+                data: current.data.clone(),
+            }));
+        }
+        // Still under the journal lock: publishes happen in transaction order too.
+        drop(journal);
+        self.release(env);
+        if env.usage.used_bytes() >= env.options.flush_threshold_bytes {
+            env.flusher.kick();
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Prepared<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            // A prepared transaction that never reaches the journal would block every later
+            // one; refuse further writes instead.
+            self.env.poison_with(&Error::InvalidArgument(format!(
+                "prepared transaction {} was dropped before its journal write",
+                self.txn_id
+            )));
+            self.release(self.env);
+        }
+    }
+}
