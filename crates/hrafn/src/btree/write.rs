@@ -258,7 +258,7 @@ fn insert_into_leaf<S: PageStore>(
         }
     }
     // Split: lay the entries out as if inserted, then cut.
-    let old = store.page(leaf)?.to_vec();
+    let old = store.page(leaf)?[..PAGE_SIZE_BYTES].to_vec();
     let n_old = node::count(&old);
     let order: Vec<Pending> = (0..=n_old)
         .map(|j| match j.cmp(&index) {
@@ -325,7 +325,7 @@ fn insert_into_parent<S: PageStore>(
             return Ok(());
         }
     }
-    let old = store.page(parent)?.to_vec();
+    let old = store.page(parent)?[..PAGE_SIZE_BYTES].to_vec();
     let n_old = node::count(&old);
     // Entries of the combined node: (key, child) with the new separator at `child`.
     let mut entries: Vec<(Vec<u8>, u64)> = Vec::with_capacity(n_old + 1);
@@ -399,7 +399,7 @@ fn rebalance<S: PageStore>(
         let separator = node::branch_entry(parent_page, separator_index, parent)?
             .0
             .to_vec();
-        let right_bytes = store.page(right)?.to_vec();
+        let right_bytes = store.page(right)?[..PAGE_SIZE_BYTES].to_vec();
         let left_used = node::used_bytes(store.page(left)?, leaf, left)?;
         let right_used = node::used_bytes(&right_bytes, leaf, right)?;
         let extra = if leaf {
