@@ -207,13 +207,14 @@ fn run_all(cli: &Cli) -> Result<()> {
         jobs.len()
     );
     println!(
-        "machine: {} cores, kernel {}",
+        "machine: {} cores, kernel {}, load average {}",
         std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(0),
         std::fs::read_to_string("/proc/sys/kernel/osrelease")
             .unwrap_or_default()
-            .trim()
+            .trim(),
+        load_average()
     );
 
     let pb = ProgressBar::new(jobs.len() as u64);
@@ -226,7 +227,12 @@ fn run_all(cli: &Cli) -> Result<()> {
     for (spec, engine) in &jobs {
         pb.set_message(format!("{} / {engine}", spec.name));
         let r = run_child(&exe, cli, spec.name, engine);
-        pb.println(summary_line(&r));
+        if pb.is_hidden() {
+            // No terminal for the bar: still show progress, one line per run.
+            eprintln!("{}", summary_line(&r));
+        } else {
+            pb.println(summary_line(&r));
+        }
         results.push(r);
         pb.inc(1);
     }
@@ -245,8 +251,18 @@ fn run_all(cli: &Cli) -> Result<()> {
         let files = plot::write_all(dir, &res, &specs)?;
         println!("wrote {} charts to {}", files.len(), dir.display());
     }
-    println!("\ntotal wall time {:.1} s", started.elapsed().as_secs_f64());
+    println!(
+        "\ntotal wall time {:.1} s; load average at the end {}",
+        started.elapsed().as_secs_f64(),
+        load_average()
+    );
     Ok(())
+}
+
+/// The 1, 5 and 15 minute load averages: other work on the machine skews the figures.
+fn load_average() -> String {
+    let s = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    s.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
 }
 
 fn summary_line(r: &BenchResult) -> String {

@@ -620,7 +620,7 @@ mod tests {
         );
     }
 
-    /// Every engine row runs end to end at a tiny scale against LMDB.
+    /// Every row runs end to end at a tiny scale against every compiled-in engine.
     #[test]
     fn all_rows_run_tiny() {
         let cfg = Config {
@@ -628,11 +628,22 @@ mod tests {
             bulk_100m: false,
         };
         for spec in SPECS {
-            let dir = tempfile::tempdir().expect("tempdir");
-            let engine = if spec.raw_disk { DISK } else { "lmdb" };
-            let r = run(spec, engine, &cfg, dir.path()).expect(spec.name);
-            assert!(r.ops > 0 && r.ops_per_sec > 0.0, "{}: {r:?}", spec.name);
-            assert_eq!(r.disk_bytes.is_some(), !spec.raw_disk, "{}", spec.name);
+            let engines: Vec<&str> = if spec.raw_disk {
+                vec![DISK]
+            } else {
+                engines::ALL_ENGINES
+                    .iter()
+                    .copied()
+                    .filter(|e| engines::compiled_in(e))
+                    .collect()
+            };
+            for engine in engines {
+                let dir = tempfile::tempdir().expect("tempdir");
+                let r = run(spec, engine, &cfg, dir.path())
+                    .unwrap_or_else(|e| panic!("{} on {engine}: {e:#}", spec.name));
+                assert!(r.ops > 0 && r.ops_per_sec > 0.0, "{}: {r:?}", spec.name);
+                assert_eq!(r.disk_bytes.is_some(), !spec.raw_disk, "{}", spec.name);
+            }
         }
     }
 }

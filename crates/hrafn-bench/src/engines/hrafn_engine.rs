@@ -16,11 +16,14 @@ pub struct Hrafn {
 
 impl Hrafn {
     pub fn open(dir: &Path, durable: bool) -> Result<Self> {
-        let mut opts = Options::default();
-        opts.durability = if durable {
+        let durability = if durable {
             Durability::Immediate
         } else {
             Durability::None
+        };
+        let opts = Options {
+            durability,
+            ..Options::default()
         };
         let env = Environment::open(dir, opts).context("opening hrafn environment")?;
         let this = Hrafn {
