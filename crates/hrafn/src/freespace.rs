@@ -2,7 +2,7 @@
 //! covers pages `i·PAGES_PER_BITMAP ..`. Pure functions over bitmap page bytes; the
 //! writing transaction decides which pages to read and change.
 
-use crate::limits::{PAGE_HEADER_SIZE_BYTES, PAGES_PER_BITMAP};
+use crate::limits::{PAGE_HEADER_SIZE_BYTES, PAGE_SIZE_BYTES, PAGES_PER_BITMAP};
 
 /// Which bitmap covers `page_number`, and the bit inside it.
 pub fn locate(page_number: u64) -> (usize, usize) {
@@ -35,9 +35,11 @@ pub fn set_range(page: &mut [u8], bit: usize, count: usize, free: bool) {
     }
 }
 
-/// Number of set bits.
+/// Number of set bits in the bitmap page at the start of `page`. Page sources hand out
+/// the bytes from a page to the end of its buffer or mapping, so only the first page is
+/// counted.
 pub fn count_free(page: &[u8]) -> u64 {
-    page[PAGE_HEADER_SIZE_BYTES..]
+    page[PAGE_HEADER_SIZE_BYTES..PAGE_SIZE_BYTES]
         .iter()
         .map(|b| u64::from(b.count_ones()))
         .sum()
@@ -76,7 +78,6 @@ pub fn find_run(page: &[u8], count: usize, limit_bit: usize) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limits::PAGE_SIZE_BYTES;
 
     #[test]
     fn runs_are_found_below_the_limit() {
@@ -91,5 +92,15 @@ mod tests {
         set_range(&mut page, 10, 4, false);
         assert_eq!(count_free(&page), 1);
         assert!(is_free(&page, 3) && !is_free(&page, 10));
+    }
+
+    /// A bitmap read through the data-file mapping comes with every later page attached;
+    /// their bytes are not free bits (they made every open count the whole file).
+    #[test]
+    fn count_free_counts_one_page_of_a_longer_slice() {
+        let mut bytes = vec![0xFFu8; 3 * PAGE_SIZE_BYTES];
+        bytes[..PAGE_SIZE_BYTES].fill(0);
+        set_range(&mut bytes, 0, 7, true);
+        assert_eq!(count_free(&bytes), 7);
     }
 }
