@@ -175,117 +175,207 @@ impl<'a> Cursor<'a> {
         Ok(Some(self))
     }
 
+    /// Like [`Cursor::settle_forward`], in place; false when the tree ends.
+    #[inline]
+    fn settle_forward_in_place<S: PageSource<'a>>(&mut self, src: S) -> Result<bool> {
+        if self.index < node::count(self.leaf) {
+            return Ok(true);
+        }
+        let moved = std::mem::replace(self, Cursor::empty());
+        match moved.settle_forward(src)? {
+            Some(c) => {
+                *self = c;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Like [`Cursor::settle_backward`], in place; false when the tree ends.
+    fn settle_backward_in_place<S: PageSource<'a>>(&mut self, src: S) -> Result<bool> {
+        if self.index < node::count(self.leaf) {
+            return Ok(true);
+        }
+        let moved = std::mem::replace(self, Cursor::empty());
+        match moved.settle_backward(src)? {
+            Some(c) => {
+                *self = c;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    #[inline]
     fn entry<S: PageSource<'a>>(&self, src: S) -> Result<(&'a [u8], &'a [u8])> {
         let (k, v) = node::leaf_entry(self.leaf, self.index, self.leaf_number)?;
         Ok((k, resolve_value(src, v)?))
     }
 }
 
+/// An owned copy of a range bound.
+#[derive(Clone)]
+enum Limit {
+    Unbounded,
+    Included(Vec<u8>),
+    Excluded(Vec<u8>),
+}
+
+impl Limit {
+    fn from(bound: Bound<&[u8]>) -> Limit {
+        match bound {
+            Bound::Unbounded => Limit::Unbounded,
+            Bound::Included(k) => Limit::Included(k.to_vec()),
+            Bound::Excluded(k) => Limit::Excluded(k.to_vec()),
+        }
+    }
+
+    /// Whether `key` is within this limit taken as an upper bound.
+    #[inline]
+    fn admits_from_below(&self, key: &[u8]) -> bool {
+        match self {
+            Limit::Unbounded => true,
+            Limit::Included(end) => key <= end.as_slice(),
+            Limit::Excluded(end) => key < end.as_slice(),
+        }
+    }
+
+    /// Whether `key` is within this limit taken as a lower bound.
+    #[inline]
+    fn admits_from_above(&self, key: &[u8]) -> bool {
+        match self {
+            Limit::Unbounded => true,
+            Limit::Included(start) => key >= start.as_slice(),
+            Limit::Excluded(start) => key > start.as_slice(),
+        }
+    }
+}
+
+/// One end of a range: not positioned yet, positioned, or exhausted.
+enum End<'a> {
+    Unstarted,
+    At(Box<Cursor<'a>>),
+    Done,
+}
+
 /// An iterator over `(key, value)` pairs of a tree in key order, usable from both ends.
-/// Items borrow from the transaction.
+/// Items borrow from the transaction. Each end is positioned lazily, on its first use, and
+/// stepped in place; the far bound is checked by comparing keys.
 pub struct Range<'a, S: PageSource<'a>> {
     src: S,
-    front: Option<Cursor<'a>>,
-    back: Option<Cursor<'a>>,
+    root: u64,
+    start: Limit,
+    end: Limit,
+    front: End<'a>,
+    back: End<'a>,
 }
 
 impl<'a, S: PageSource<'a>> Range<'a, S> {
     /// Iterates the entries of the tree at `root` between `start` and `end`.
     ///
     /// # Errors
-    /// Damaged pages met while positioning.
+    /// None at construction today (positioning happens on first use); kept fallible so a
+    /// future eager check needs no API change.
     pub fn new(src: S, root: u64, start: Bound<&[u8]>, end: Bound<&[u8]>) -> Result<Range<'a, S>> {
-        let front = match start {
-            Bound::Unbounded => Cursor::edge(src, root, Side::First)?,
-            Bound::Included(k) => Cursor::seek(src, root, k, true, Side::First)?,
-            Bound::Excluded(k) => Cursor::seek(src, root, k, false, Side::First)?,
-        };
-        let back = match end {
-            Bound::Unbounded => Cursor::edge(src, root, Side::Last)?,
-            Bound::Included(k) => Cursor::seek(src, root, k, true, Side::Last)?,
-            Bound::Excluded(k) => Cursor::seek(src, root, k, false, Side::Last)?,
-        };
-        let mut range = Range { src, front, back };
-        range.check_crossed()?;
-        Ok(range)
+        Ok(Range {
+            src,
+            root,
+            start: Limit::from(start),
+            end: Limit::from(end),
+            front: End::Unstarted,
+            back: End::Unstarted,
+        })
     }
 
-    /// Ends the range when the cursors have passed each other.
-    fn check_crossed(&mut self) -> Result<()> {
-        let crossed = match (&self.front, &self.back) {
-            (Some(f), Some(b)) => {
-                if f.leaf_number == b.leaf_number {
-                    f.index > b.index
-                } else {
-                    // Different leaves: compare keys (rare: only when positioning).
-                    let fk = node::key(f.leaf, f.index, true, f.leaf_number)?;
-                    let bk = node::key(b.leaf, b.index, true, b.leaf_number)?;
-                    fk > bk
-                }
-            }
-            _ => true,
-        };
-        if crossed {
-            self.front = None;
-            self.back = None;
+    fn finish(&mut self) {
+        self.front = End::Done;
+        self.back = End::Done;
+    }
+
+    fn position_front(&mut self) -> Result<()> {
+        if let End::Unstarted = self.front {
+            let cursor = match &self.start {
+                Limit::Unbounded => Cursor::edge(self.src, self.root, Side::First)?,
+                Limit::Included(k) => Cursor::seek(self.src, self.root, k, true, Side::First)?,
+                Limit::Excluded(k) => Cursor::seek(self.src, self.root, k, false, Side::First)?,
+            };
+            self.front = cursor.map_or(End::Done, |c| End::At(Box::new(c)));
+        }
+        Ok(())
+    }
+
+    fn position_back(&mut self) -> Result<()> {
+        if let End::Unstarted = self.back {
+            let cursor = match &self.end {
+                Limit::Unbounded => Cursor::edge(self.src, self.root, Side::Last)?,
+                Limit::Included(k) => Cursor::seek(self.src, self.root, k, true, Side::Last)?,
+                Limit::Excluded(k) => Cursor::seek(self.src, self.root, k, false, Side::Last)?,
+            };
+            self.back = cursor.map_or(End::Done, |c| End::At(Box::new(c)));
         }
         Ok(())
     }
 
     fn step_front(&mut self) -> Result<Option<(&'a [u8], &'a [u8])>> {
-        let Some(cursor) = self.front.take() else {
+        self.position_front()?;
+        let End::At(cursor) = &mut self.front else {
+            self.finish();
             return Ok(None);
         };
-        let item = cursor.entry(self.src)?;
-        let done_here = self
-            .back
-            .as_ref()
-            .is_some_and(|b| b.leaf_number == cursor.leaf_number && b.index == cursor.index);
-        if done_here {
-            self.back = None;
-            return Ok(Some(item));
+        let (key, value) = cursor.entry(self.src)?;
+        if !self.end.admits_from_below(key) {
+            self.finish();
+            return Ok(None);
         }
-        let mut next = cursor;
-        next.index += 1;
-        self.front = next.settle_forward(self.src)?;
-        if self.front.is_none() {
-            self.back = None;
+        if let End::At(back) = &self.back
+            && back.leaf_number == cursor.leaf_number
+            && back.index == cursor.index
+        {
+            self.finish(); // the two ends met on this entry
+            return Ok(Some((key, value)));
         }
-        Ok(Some(item))
+        cursor.index += 1;
+        if !cursor.settle_forward_in_place(self.src)? {
+            self.finish(); // the tree ends: nothing is left for either end
+        }
+        Ok(Some((key, value)))
     }
 
     fn step_back(&mut self) -> Result<Option<(&'a [u8], &'a [u8])>> {
-        let Some(cursor) = self.back.take() else {
+        self.position_back()?;
+        let End::At(cursor) = &mut self.back else {
+            self.finish();
             return Ok(None);
         };
-        let item = cursor.entry(self.src)?;
-        let done_here = self
-            .front
-            .as_ref()
-            .is_some_and(|f| f.leaf_number == cursor.leaf_number && f.index == cursor.index);
-        if done_here {
-            self.front = None;
-            return Ok(Some(item));
+        let (key, value) = cursor.entry(self.src)?;
+        if !self.start.admits_from_above(key) {
+            self.finish();
+            return Ok(None);
         }
-        let mut prev = cursor;
-        prev.index = prev.index.wrapping_sub(1);
-        self.back = prev.settle_backward(self.src)?;
-        if self.back.is_none() {
-            self.front = None;
+        if let End::At(front) = &self.front
+            && front.leaf_number == cursor.leaf_number
+            && front.index == cursor.index
+        {
+            self.finish();
+            return Ok(Some((key, value)));
         }
-        Ok(Some(item))
+        cursor.index = cursor.index.wrapping_sub(1);
+        if !cursor.settle_backward_in_place(self.src)? {
+            self.finish();
+        }
+        Ok(Some((key, value)))
     }
 }
 
 impl<'a, S: PageSource<'a>> Iterator for Range<'a, S> {
     type Item = Result<(&'a [u8], &'a [u8])>;
 
+    #[inline]
     fn next(&mut self) -> Option<Self::Item> {
         match self.step_front() {
             Ok(item) => item.map(Ok),
             Err(e) => {
-                self.front = None;
-                self.back = None;
+                self.finish();
                 Some(Err(e))
             }
         }
@@ -297,8 +387,7 @@ impl<'a, S: PageSource<'a>> DoubleEndedIterator for Range<'a, S> {
         match self.step_back() {
             Ok(item) => item.map(Ok),
             Err(e) => {
-                self.front = None;
-                self.back = None;
+                self.finish();
                 Some(Err(e))
             }
         }

@@ -554,4 +554,85 @@ mod tests {
             "all but the root leaf merged away and freed"
         );
     }
+
+    fn as_ref(b: &std::ops::Bound<Vec<u8>>) -> std::ops::Bound<&[u8]> {
+        b.as_ref().map(|v| v.as_slice())
+    }
+
+    #[test]
+    fn ranges_match_the_model_from_both_ends() {
+        use crate::btree::Range;
+        use std::ops::{Bound, RangeBounds};
+        let mut store = MemStore::default();
+        let mut tree = create(&mut store).expect("create");
+        let keys: Vec<u64> = (0..3000).map(|i| i * 3).collect();
+        for &k in &keys {
+            insert(&mut store, &mut tree, &key(k), b"v").expect("insert");
+        }
+        let bounds = |k: u64, kind: u8| match kind {
+            0 => Bound::Unbounded,
+            1 => Bound::Included(key(k)),
+            _ => Bound::Excluded(key(k)),
+        };
+        let mut x = 7u64;
+        for _ in 0..300 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let (a, b) = ((x >> 10) % 9100, (x >> 30) % 9100);
+            let (sk, ek) = ((x >> 50) % 3, (x >> 55) % 3);
+            let (start, end) = (bounds(a, sk as u8), bounds(b, ek as u8));
+            let expected: Vec<Vec<u8>> = keys
+                .iter()
+                .map(|&k| key(k))
+                .filter(|k| {
+                    (
+                        start.as_ref().map(|v| v.as_slice()),
+                        end.as_ref().map(|v| v.as_slice()),
+                    )
+                        .contains(&k.as_slice())
+                })
+                .collect();
+            let forward: Vec<Vec<u8>> =
+                Range::new(&store, tree.root_page, as_ref(&start), as_ref(&end))
+                    .expect("range")
+                    .map(|e| e.expect("entry").0.to_vec())
+                    .collect();
+            assert_eq!(forward, expected);
+            let backward: Vec<Vec<u8>> =
+                Range::new(&store, tree.root_page, as_ref(&start), as_ref(&end))
+                    .expect("range")
+                    .rev()
+                    .map(|e| e.expect("entry").0.to_vec())
+                    .collect();
+            assert!(backward.iter().rev().eq(expected.iter()));
+            // Alternate ends: every entry exactly once.
+            let mut range =
+                Range::new(&store, tree.root_page, as_ref(&start), as_ref(&end)).expect("range");
+            let (mut front, mut back) = (Vec::new(), Vec::new());
+            let mut turn = x;
+            loop {
+                turn = turn.rotate_left(1);
+                let item = if turn & 1 == 0 {
+                    range.next()
+                } else {
+                    range.next_back()
+                };
+                match item {
+                    Some(e) => {
+                        let k = e.expect("entry").0.to_vec();
+                        if turn & 1 == 0 {
+                            front.push(k)
+                        } else {
+                            back.push(k)
+                        }
+                    }
+                    None => break,
+                }
+            }
+            back.reverse();
+            front.extend(back);
+            assert_eq!(front, expected);
+        }
+    }
 }
