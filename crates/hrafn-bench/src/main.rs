@@ -174,13 +174,14 @@ fn plan(cli: &Cli) -> Result<(Vec<&'static Spec>, Vec<Job>)> {
             bail!("engine {e} is not compiled in; build with `--features {e}`");
         }
     }
-    // The raw-disk rows run first, so the limit is measured before the engines load the disk.
+    // The raw-disk rows run before and after the engines (when there are engine rows); the
+    // better pass is kept, so a burst of other I/O on the machine does not set the limit.
+    let raw = specs.iter().filter(|s| s.raw_disk);
+    let engine_rows = specs.iter().filter(|s| !s.raw_disk);
+    let has_engine_rows = engine_rows.clone().next().is_some();
+    let second_pass = raw.clone().filter(|_| has_engine_rows);
     let mut jobs = Vec::new();
-    for s in specs
-        .iter()
-        .filter(|s| s.raw_disk)
-        .chain(specs.iter().filter(|s| !s.raw_disk))
-    {
+    for s in raw.chain(engine_rows).chain(second_pass) {
         if s.raw_disk {
             jobs.push((*s, DISK.to_string()));
         } else {
@@ -233,7 +234,7 @@ fn run_all(cli: &Cli) -> Result<()> {
         } else {
             pb.println(summary_line(&r));
         }
-        results.push(r);
+        keep_better(&mut results, r);
         pb.inc(1);
     }
     pb.finish_and_clear();
@@ -257,6 +258,34 @@ fn run_all(cli: &Cli) -> Result<()> {
         load_average()
     );
     Ok(())
+}
+
+/// Adds `r`, or for a row that already has a result (the second journal_raw pass), keeps the
+/// one with more operations per second and notes that it is the better of two passes.
+fn keep_better(results: &mut Vec<BenchResult>, r: BenchResult) {
+    match results
+        .iter_mut()
+        .find(|o| o.workload == r.workload && o.engine == r.engine)
+    {
+        None => results.push(r),
+        Some(old) => {
+            let (a, b) = (old.ops_per_sec, r.ops_per_sec);
+            if r.ok() && (!old.ok() || b > a) {
+                *old = r;
+            }
+            if old.ok() {
+                let pass = format!("better of 2 passes: {} and {} writes/s", fmt0(a), fmt0(b));
+                old.note = Some(match old.note.take() {
+                    Some(n) => format!("{n}; {pass}"),
+                    None => pass,
+                });
+            }
+        }
+    }
+}
+
+fn fmt0(v: f64) -> String {
+    format!("{v:.0}")
 }
 
 /// The 1, 5 and 15 minute load averages: other work on the machine skews the figures.
@@ -382,9 +411,37 @@ mod tests {
         assert_eq!(cli.scale, QUICK_SCALE);
         assert_eq!(cli.workloads, ["fill_seq", "commit_latency"]);
         let (specs, jobs) = plan(&cli).expect("plan");
-        // The durable rows pull in the journal_raw rows: 2 rows x 2 engines + 4 disk rows.
+        // The durable rows pull in the journal_raw rows: 2 rows x 2 engines, and 4 disk rows
+        // run before and after them.
         assert_eq!(specs.len(), 6);
-        assert_eq!(jobs.len(), 8);
+        assert_eq!(jobs.len(), 12);
+        assert!(
+            jobs[..4]
+                .iter()
+                .chain(&jobs[8..])
+                .all(|(s, e)| s.raw_disk && e == DISK)
+        );
         assert!(plan(&Cli::try_parse_from(["x", "--engines", "nope"]).expect("parse")).is_err());
+    }
+
+    #[test]
+    fn second_disk_pass_keeps_the_better_result() {
+        let run = |v: f64| {
+            BenchResult::measured("journal_raw_direct_4k", DISK, 1.0, 100, "writes", {
+                Duration::from_secs_f64(100.0 / v)
+            })
+        };
+        let mut results = vec![];
+        keep_better(&mut results, run(500.0));
+        keep_better(&mut results, run(2_000.0));
+        assert_eq!(results.len(), 1);
+        assert!((results[0].ops_per_sec - 2_000.0).abs() < 1e-6);
+        let note = results[0].note.as_deref().unwrap_or("");
+        assert!(note.contains("better of 2 passes: 500 and 2000"), "{note}");
+        keep_better(
+            &mut results,
+            BenchResult::failed("journal_raw_direct_4k", DISK, 1.0, "x".into()),
+        );
+        assert!(results[0].ok());
     }
 }
