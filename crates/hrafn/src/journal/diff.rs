@@ -28,55 +28,77 @@ const WORD: usize = 8;
 const ENTRY_HEADER_BYTES: usize = 10;
 const RUN_HEADER_BYTES: usize = 4;
 
+/// Most runs a page can have (alternating changed and unchanged words).
+const RUNS_MAX: usize = PAGE_SIZE_BYTES / WORD / 2 + 1;
+
 /// Appends the diff of `new` against `old` (`None` = all zeros) for `page_number` to `out`.
-/// Returns false (and appends nothing) when the page did not change.
+/// Returns false (and appends nothing) when the page did not change. Runs are found first
+/// and bytes copied once, either as runs or as the whole page, whichever is smaller.
 pub fn encode_page(out: &mut Vec<u8>, page_number: u64, new: &[u8], old: Option<&[u8]>) -> bool {
     assert_eq!(new.len(), PAGE_SIZE_BYTES, "diffs are per page");
-    let entry_start = out.len();
-    out.extend_from_slice(&page_number.to_le_bytes());
-    out.extend_from_slice(&0u16.to_le_bytes());
-    let mut run_count: u16 = 0;
-    let mut word = 0;
-    let words = PAGE_SIZE_BYTES / WORD;
-    let differs = |i: usize| {
-        let n = &new[i * WORD..(i + 1) * WORD];
-        match old {
-            Some(o) => n != &o[i * WORD..(i + 1) * WORD],
-            None => n != [0u8; WORD],
-        }
+    const ZERO: [u8; WORD] = [0u8; WORD];
+    let word = |bytes: &[u8], i: usize| -> [u8; WORD] {
+        bytes[i * WORD..(i + 1) * WORD]
+            .try_into()
+            .expect("one word")
     };
-    let is_zero = |i: usize| new[i * WORD..(i + 1) * WORD] == [0u8; WORD];
-    while word < words {
-        if !differs(word) {
-            word += 1;
+    let words = PAGE_SIZE_BYTES / WORD;
+    // (first word, end word, all new bytes zero)
+    let mut runs = [(0u16, 0u16, false); RUNS_MAX];
+    let mut run_count = 0;
+    let mut cost = ENTRY_HEADER_BYTES;
+    let mut i = 0;
+    while i < words {
+        let n = word(new, i);
+        let changed = match old {
+            Some(o) => n != word(o, i),
+            None => n != ZERO,
+        };
+        if !changed {
+            i += 1;
             continue;
         }
         // A run is a maximal stretch of changed words that are all zero or all not zero,
         // so zeroed stretches cost no bytes.
-        let start = word;
-        let zero = is_zero(word);
-        while word < words && differs(word) && is_zero(word) == zero {
-            word += 1;
+        let zero = n == ZERO;
+        let start = i;
+        while i < words {
+            let n = word(new, i);
+            let changed = match old {
+                Some(o) => n != word(o, i),
+                None => n != ZERO,
+            };
+            if !changed || (n == ZERO) != zero {
+                break;
+            }
+            i += 1;
         }
-        let (from, to) = (start * WORD, word * WORD);
-        let len = u16::try_from(to - from).expect("a run fits in one page");
-        out.extend_from_slice(&u16::try_from(from).expect("offset in page").to_le_bytes());
+        if run_count == RUNS_MAX {
+            cost = usize::MAX; // cannot happen with alternating runs; store the page whole
+            break;
+        }
+        runs[run_count] = (start as u16, i as u16, zero);
+        run_count += 1;
+        cost += RUN_HEADER_BYTES + if zero { 0 } else { (i - start) * WORD };
+    }
+    if run_count == 0 {
+        return false;
+    }
+    out.extend_from_slice(&page_number.to_le_bytes());
+    if cost >= ENTRY_HEADER_BYTES + PAGE_SIZE_BYTES {
+        out.extend_from_slice(&FULL_PAGE_MARKER.to_le_bytes());
+        out.extend_from_slice(new);
+        return true;
+    }
+    out.extend_from_slice(&(run_count as u16).to_le_bytes());
+    for &(start, end, zero) in &runs[..run_count] {
+        let (from, to) = (usize::from(start) * WORD, usize::from(end) * WORD);
+        let len = (to - from) as u16;
+        out.extend_from_slice(&(from as u16).to_le_bytes());
         out.extend_from_slice(&(if zero { len | ZERO_RUN_FLAG } else { len }).to_le_bytes());
         if !zero {
             out.extend_from_slice(&new[from..to]);
         }
-        run_count += 1;
-    }
-    if run_count == 0 {
-        out.truncate(entry_start);
-        return false;
-    }
-    if out.len() - entry_start >= ENTRY_HEADER_BYTES + PAGE_SIZE_BYTES {
-        out.truncate(entry_start + 8);
-        out.extend_from_slice(&FULL_PAGE_MARKER.to_le_bytes());
-        out.extend_from_slice(new);
-    } else {
-        out[entry_start + 8..entry_start + 10].copy_from_slice(&run_count.to_le_bytes());
     }
     true
 }

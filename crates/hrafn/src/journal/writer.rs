@@ -49,6 +49,9 @@ pub struct JournalIndex {
     pub active: VecDeque<(u64, u64)>,
     /// Retired journal files that may be renamed and reused.
     pub recyclable: Vec<u64>,
+    /// The current journal when it is full: the writer will not append to it again, so
+    /// it may be retired like any older file once a sync covers it.
+    pub sealed: Option<u64>,
 }
 
 impl JournalIndex {
@@ -64,7 +67,7 @@ impl JournalIndex {
         }
         let mut retired = Vec::new();
         while let Some(&(number, last_txn_id)) = self.active.front() {
-            if number == current || last_txn_id > synced_txn_id {
+            if (number == current && self.sealed != Some(number)) || last_txn_id > synced_txn_id {
                 break;
             }
             self.active.pop_front();
@@ -127,6 +130,7 @@ impl JournalWriter {
             kind,
             journal_number,
             standard_file_size_bytes,
+            standard_file_size_bytes,
             index,
         )?;
         Ok(JournalWriter {
@@ -178,14 +182,19 @@ impl JournalWriter {
             self.last_txn_id + 1,
             "records are appended in transaction order"
         );
-        // LZ4 when it pays; incompressible payloads (random values) are stored raw.
-        let max = lz4_flex::block::get_maximum_output_size(payload.len());
-        self.compressed.resize(max, 0);
-        let compressed_len = lz4_flex::block::compress_into(payload, &mut self.compressed)
-            .map_err(|e| Error::InvalidArgument(format!("compressing a journal record: {e}")))?;
-        let compress = compressed_len < payload.len() - payload.len() / 16;
+        // LZ4 when it pays; incompressible payloads (random values) are stored raw. A large
+        // payload is probed first so that incompressible data is not compressed in vain.
+        let compress = worth_compressing(payload) && {
+            let max = lz4_flex::block::get_maximum_output_size(payload.len());
+            self.compressed.resize(max, 0);
+            let n = lz4_flex::block::compress_into(payload, &mut self.compressed).map_err(|e| {
+                Error::InvalidArgument(format!("compressing a journal record: {e}"))
+            })?;
+            self.compressed.truncate(n);
+            n < payload.len() - payload.len() / 16
+        };
         let stored_len = if compress {
-            compressed_len
+            self.compressed.len()
         } else {
             payload.len()
         };
@@ -194,7 +203,7 @@ impl JournalWriter {
             self.rotate(record_size as u64, index)?;
         }
         let (stored, flags): (&[u8], u32) = if compress {
-            (&self.compressed[..compressed_len], FLAG_COMPRESSED)
+            (&self.compressed, FLAG_COMPRESSED)
         } else {
             (payload, 0)
         };
@@ -206,17 +215,17 @@ impl JournalWriter {
         header.record_size_bytes = record_size as u64;
         header.payload_checksum = super::record::payload_checksum(stored, header.txn_id);
 
-        // An aligned window into an over-allocated Vec: no unsafe allocation needed.
-        let need = record_size + JOURNAL_ALIGN_BYTES;
-        if self.aligned.len() < need {
-            self.aligned.resize(need, 0);
-        }
+        // An aligned window into a Vec reserved once: no unsafe allocation, no zero-filling
+        // of the whole buffer, one copy of the payload.
+        self.aligned.clear();
+        self.aligned.reserve(record_size + JOURNAL_ALIGN_BYTES);
         let start = self.aligned.as_ptr().align_offset(JOURNAL_ALIGN_BYTES);
-        let block = &mut self.aligned[start..start + record_size];
-        let checksum = header.encode(&mut block[..RECORD_HEADER_SIZE_BYTES]);
-        block[RECORD_HEADER_SIZE_BYTES..RECORD_HEADER_SIZE_BYTES + stored.len()]
-            .copy_from_slice(stored);
-        block[RECORD_HEADER_SIZE_BYTES + stored.len()..].fill(0);
+        self.aligned.resize(start + RECORD_HEADER_SIZE_BYTES, 0);
+        let checksum = header.encode(&mut self.aligned[start..]);
+        self.aligned.extend_from_slice(stored);
+        self.aligned.resize(start + record_size, 0);
+        let block = &self.aligned[start..];
+        debug_assert_eq!(block.as_ptr().align_offset(JOURNAL_ALIGN_BYTES), 0);
         write_all_at(&*self.file, block, self.position_bytes).map_err(|e| {
             Error::io(
                 format!(
@@ -243,7 +252,17 @@ impl JournalWriter {
             checksum,
             next_page_number: header.next_page_number,
         };
+        // Large buffers are not kept after a large record.
+        if self.aligned.capacity() > RETAINED_BUFFER_BYTES {
+            self.aligned = Vec::new();
+        }
+        if self.compressed.capacity() > RETAINED_BUFFER_BYTES {
+            self.compressed = Vec::new();
+        }
         let mut index = index.lock();
+        if self.position_bytes == self.file_size_bytes {
+            index.sealed = Some(self.journal_number);
+        }
         index.records.push_back(end);
         match index.active.back_mut() {
             Some((number, last)) if *number == self.journal_number => *last = header.txn_id,
@@ -276,7 +295,14 @@ impl JournalWriter {
         self.sync()?;
         let next = self.journal_number + 1;
         let size = self.standard_file_size_bytes.max(min_size_bytes);
-        let (file, file_size) = prepare_file(&*self.storage, self.kind, next, size, index)?;
+        let (file, file_size) = prepare_file(
+            &*self.storage,
+            self.kind,
+            next,
+            size,
+            self.standard_file_size_bytes,
+            index,
+        )?;
         self.file = file;
         self.file_size_bytes = file_size;
         self.journal_number = next;
@@ -285,13 +311,37 @@ impl JournalWriter {
     }
 }
 
+/// Write buffers larger than this are released after use.
+const RETAINED_BUFFER_BYTES: usize = 4 << 20;
+
+/// Payloads above this size are probed before being compressed whole.
+const COMPRESSION_PROBE_BYTES: usize = 64 * 1024;
+
+/// Whether compressing `payload` is worth its time. Small payloads are always tried (cheap,
+/// and each saved 4 KiB block is a saved write). For a large one, compression costs about
+/// as much time as writing the bytes it saves unless it removes a quarter of them, so it is
+/// compressed whole only if a 64 KiB sample from its middle shrinks by that much (the role
+/// Voron's adaptive acceleration plays).
+fn worth_compressing(payload: &[u8]) -> bool {
+    if payload.len() <= 2 * COMPRESSION_PROBE_BYTES {
+        return true;
+    }
+    let start = (payload.len() / 2).saturating_sub(COMPRESSION_PROBE_BYTES / 2);
+    let sample = &payload[start..start + COMPRESSION_PROBE_BYTES];
+    let compressed = lz4_flex::block::compress(sample);
+    compressed.len() < sample.len() - sample.len() / 4
+}
+
 /// Creates journal `number` sized at least `size_bytes`, reusing a retired file when one is
-/// large enough, and makes its name durable.
+/// large enough, and makes its name durable. Files of the standard size are zero-filled
+/// (a durable write into written blocks needs no extent conversion); a file made for one
+/// oversized record is only allocated, since zero-filling it would cost more than it saves.
 fn prepare_file(
     storage: &dyn Storage,
     kind: FileKind,
     number: u64,
     size_bytes: u64,
+    standard_size_bytes: u64,
     index: &parking_lot::Mutex<JournalIndex>,
 ) -> Result<(Arc<dyn StorageFile>, u64)> {
     let name = journal_file_name(number);
@@ -308,16 +358,22 @@ fn prepare_file(
         .map_err(|e| io("opening", e))?;
     let mut len = file.len().map_err(|e| io("sizing", e))?;
     if len < size_bytes {
-        // Zero-fill through a buffered handle (O_DIRECT would need aligned buffers).
+        // Through a buffered handle (O_DIRECT would need aligned buffers).
         let filler = storage
             .open(&name, FileKind::Data, false)
             .map_err(|e| io("opening", e))?;
-        let zeros = vec![0u8; 1 << 20];
-        let mut offset = len;
-        while offset < size_bytes {
-            let n = (size_bytes - offset).min(zeros.len() as u64) as usize;
-            write_all_at(&*filler, &zeros[..n], offset).map_err(|e| io("zero-filling", e))?;
-            offset += n as u64;
+        if size_bytes > standard_size_bytes {
+            filler
+                .allocate(size_bytes)
+                .map_err(|e| io("allocating", e))?;
+        } else {
+            let zeros = vec![0u8; 1 << 20];
+            let mut offset = len;
+            while offset < size_bytes {
+                let n = (size_bytes - offset).min(zeros.len() as u64) as usize;
+                write_all_at(&*filler, &zeros[..n], offset).map_err(|e| io("zero-filling", e))?;
+                offset += n as u64;
+            }
         }
         filler.sync_data().map_err(|e| io("syncing", e))?;
         len = size_bytes;

@@ -48,7 +48,6 @@ pub struct WriterCore {
     pub(crate) free_pages: u64,
     /// The state of the last prepared transaction while its record is being written.
     pub(crate) pending: Option<Arc<State>>,
-    payload_capacity_hint: usize,
 }
 
 impl WriterCore {
@@ -62,7 +61,6 @@ impl WriterCore {
             free_hint: 0,
             free_pages,
             pending: None,
-            payload_capacity_hint: 0,
         })
     }
 }
@@ -276,7 +274,10 @@ impl<'env> WriteTxn<'env> {
         // Seal and diff, in page order (sequential for replay, deterministic for tests).
         let mut page_numbers: Vec<u64> = self.dirty.keys().copied().collect();
         page_numbers.sort_unstable();
-        let mut payload = Vec::with_capacity(self.core.payload_capacity_hint);
+        // Sized for the worst case (every page whole) so it never reallocates; untouched
+        // capacity costs no memory.
+        let pages_total: usize = self.dirty.values().map(PageBuf::page_count).sum();
+        let mut payload = Vec::with_capacity(pages_total * (PAGE_SIZE_BYTES + 16));
         let mut page_count = 0u32;
         let mut dirty_bytes = 0u64;
         let mut pages = Vec::with_capacity(page_numbers.len());
@@ -292,7 +293,6 @@ impl<'env> WriteTxn<'env> {
             }
             pages.push((page_number, Arc::new(buf)));
         }
-        self.core.payload_capacity_hint = payload.len().min(1 << 20);
         let header = RecordHeader {
             flags: 0,
             txn_id,
