@@ -104,3 +104,65 @@ fn readers_see_consistent_snapshots_during_writes_and_flushes() {
     );
     env.check().expect("integrity");
 }
+
+/// Growing the data file maps it again; a reader that started before keeps reading through
+/// its own (old) mapping and its own PTT, and sees exactly its snapshot.
+#[test]
+fn remapping_keeps_old_readers_valid() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // No background flushes: the test decides when pages move to the data file.
+    let options = Options {
+        flush_interval_ms: 3_600_000,
+        flush_threshold_bytes: u64::MAX,
+        ..common::small_options()
+    };
+    let env = Environment::open(dir.path(), options).expect("open");
+    let size_before = env.stats().data_file_size_bytes;
+    let mut wtx = env.begin_write().expect("write");
+    {
+        let mut t = wtx.open_tree("t").expect("tree");
+        for i in 0..20_000u32 {
+            t.insert(i.to_be_bytes(), [1u8; 400]).expect("insert");
+        }
+    }
+    wtx.commit().expect("commit");
+    let reader = env.begin_read().expect("read");
+    // The reader's pages are flushed (they are not newer than it), which grows the file.
+    env.flush_and_sync().expect("flush");
+    let stats = env.stats();
+    assert!(
+        stats.data_file_size_bytes > 4 * size_before.max(1 << 20),
+        "the data file grew: {stats:?}"
+    );
+    let mut wtx = env.begin_write().expect("write");
+    wtx.open_tree("t")
+        .expect("tree")
+        .insert(5u32.to_be_bytes(), [9u8; 400])
+        .expect("update");
+    wtx.commit().expect("commit");
+    let t = reader.open_tree("t").expect("tree");
+    assert_eq!(
+        t.get(5u32.to_be_bytes()).expect("get"),
+        Some(&[1u8; 400][..]),
+        "old view kept"
+    );
+    assert_eq!(t.iter().expect("iter").count(), 20_000);
+    drop(reader);
+    let rtx = env.begin_read().expect("read");
+    assert_eq!(
+        rtx.open_tree("t")
+            .expect("tree")
+            .get(5u32.to_be_bytes())
+            .expect("get"),
+        Some(&[9u8; 400][..])
+    );
+}
+
+#[test]
+fn handles_are_send_and_sync() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<Environment>();
+    send::<hrafn::ReadTxn<'static>>();
+    send::<hrafn::WriteTxn<'static>>();
+}
