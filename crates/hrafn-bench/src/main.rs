@@ -194,7 +194,13 @@ fn plan(cli: &Cli) -> Result<(Vec<&'static Spec>, Vec<Job>)> {
 fn run_all(cli: &Cli) -> Result<()> {
     let started = Instant::now();
     let (specs, jobs) = plan(cli)?;
-    let exe = std::env::current_exe().context("locating this binary")?;
+    // /proc/self/exe stays this very binary even if a build replaces the file meanwhile.
+    let proc_exe = Path::new("/proc/self/exe");
+    let exe = if proc_exe.exists() {
+        proc_exe.to_path_buf()
+    } else {
+        std::env::current_exe().context("locating this binary")?
+    };
     let scale_note = if cli.scale == 1.0 {
         "full counts".to_string()
     } else if cli.scale == QUICK_SCALE {

@@ -66,12 +66,9 @@ pub const ALL_ENGINES: &[&str] = &["hrafn", "lmdb", "redb", "rocksdb"];
 
 /// Whether `name` was compiled into this binary (hrafn and rocksdb are cargo features).
 pub fn compiled_in(name: &str) -> bool {
-    match name {
-        "lmdb" | "redb" => true,
-        "hrafn" => cfg!(feature = "hrafn"),
-        "rocksdb" => cfg!(feature = "rocksdb"),
-        _ => false,
-    }
+    matches!(name, "lmdb" | "redb")
+        || (name == "hrafn" && cfg!(feature = "hrafn"))
+        || (name == "rocksdb" && cfg!(feature = "rocksdb"))
 }
 
 /// The durability setting each engine is opened with, as stated in the docs.
