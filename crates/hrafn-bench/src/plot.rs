@@ -48,7 +48,12 @@ pub fn write_all(dir: &Path, results: &Results<'_>, specs: &[&Spec]) -> Result<V
             continue;
         }
         let path = dir.join(format!("{}.svg", spec.name));
-        let title = format!("{} — {}", spec.name, spec.what);
+        let scale = results
+            .all
+            .iter()
+            .find(|r| r.workload == spec.name)
+            .map_or(1.0, |r| r.scale);
+        let title = format!("{} — {} (full counts × {scale})", spec.name, spec.what);
         chart(
             &path,
             &title,
@@ -103,7 +108,7 @@ fn chart(path: &Path, title: &str, unit: &str, bars: &[Bar], limit: Option<f64>)
         .chain(limit)
         .fold(0.0f64, f64::max)
         .max(1.0)
-        * 1.15;
+        * 1.3;
     let mut chart = ChartBuilder::on(&root)
         .caption(title, ("sans-serif", 18))
         .margin(12)
@@ -171,6 +176,7 @@ fn chart(path: &Path, title: &str, unit: &str, bars: &[Bar], limit: Option<f64>)
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
         chart
             .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
             .background_style(WHITE.mix(0.8))
             .border_style(BLACK)
             .draw()
