@@ -458,9 +458,10 @@ impl Inode {
         let mut inode = Inode::new(capacity)?;
         // The memfd starts zeroed, so only runs of blocks holding data are written: files
         // are mostly preallocated zeros, and power cuts run thousands of times in tests.
+        const ZEROS: [u8; BLOCK] = [0; BLOCK];
         let mut run: Option<usize> = None;
         for (i, block) in image.chunks(BLOCK).enumerate() {
-            let zero = block.iter().all(|&b| b == 0);
+            let zero = *block == ZEROS[..block.len()];
             match (run, zero) {
                 (None, false) => run = Some(i),
                 (Some(start), true) => {

@@ -791,7 +791,8 @@ impl Tally {
         self.note(message);
     }
 
-    fn note(&mut self, message: String) {
+    /// Keeps a failure message (the first 20) without counting it.
+    pub fn note(&mut self, message: String) {
         if self.failures.len() < 20 {
             self.failures.push(message);
         }
