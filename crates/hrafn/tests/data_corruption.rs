@@ -52,7 +52,7 @@ fn scenario(seed: u64) -> Scenario {
             f(&mut wtx, &mut model, &mut rng);
             wtx.commit().expect("commit");
         };
-        let mut insert =
+        let insert =
             |wtx: &mut hrafn::WriteTxn<'_>, model: &mut Model, tree: &str, k: u64, v: Arc<[u8]>| {
                 wtx.open_tree(tree)
                     .expect("tree")
