@@ -58,7 +58,10 @@ fn key_bytes(key: u8) -> Vec<u8> {
 }
 
 fn read_all(env: &Environment) -> Model {
-    let rtx = env.begin_read().expect("read");
+    read_snapshot(&env.begin_read().expect("read"))
+}
+
+fn read_snapshot(rtx: &hrafn::ReadTxn<'_>) -> Model {
     let mut out = Model::new();
     for tree in 0..3u8 {
         match rtx.open_tree(&tree_name(tree)) {
@@ -79,48 +82,9 @@ fn read_all(env: &Environment) -> Model {
     out
 }
 
-fn run(ops: Vec<Op>, seed: u64) {
-    let sim = SimStorage::new(seed);
-    let storage: Arc<dyn hrafn::storage::Storage> = Arc::new(sim.clone());
-    let mut env = Environment::open_with_storage(Arc::clone(&storage), common::small_options())
-        .expect("open");
-    let mut committed = Model::new();
-    let mut pending = committed.clone();
-    let mut wtx_open = false;
-    let mut snapshot: Option<(Model, u64)> = None;
-    // The write transaction is re-created per batch of operations between commits.
-    let mut batch: Vec<Op> = Vec::new();
-    let apply = |env: &Environment, batch: &[Op], commit: bool| {
-        let mut wtx = env.begin_write().expect("write");
-        for op in batch {
-            match op {
-                Op::Insert {
-                    tree,
-                    key,
-                    len,
-                    fill,
-                } => {
-                    let mut t = wtx.open_tree(&tree_name(*tree)).expect("tree");
-                    t.insert(key_bytes(*key), vec![*fill; *len])
-                        .expect("insert");
-                }
-                Op::Remove { tree, key } => {
-                    let mut t = wtx.open_tree(&tree_name(*tree)).expect("tree");
-                    t.remove(key_bytes(*key)).expect("remove");
-                }
-                Op::DeleteTree { tree } => {
-                    wtx.delete_tree(&tree_name(*tree)).expect("delete tree");
-                }
-                _ => unreachable!(),
-            }
-        }
-        if commit {
-            wtx.commit().expect("commit")
-        } else {
-            wtx.abort()
-        }
-    };
-    for op in ops {
+fn apply(env: &Environment, batch: &[Op], commit: bool) {
+    let mut wtx = env.begin_write().expect("write");
+    for op in batch {
         match op {
             Op::Insert {
                 tree,
@@ -128,72 +92,95 @@ fn run(ops: Vec<Op>, seed: u64) {
                 len,
                 fill,
             } => {
-                pending.insert((tree, key_bytes(key)), vec![fill; len]);
-                batch.push(op);
-                wtx_open = true;
+                let mut t = wtx.open_tree(&tree_name(*tree)).expect("tree");
+                t.insert(key_bytes(*key), vec![*fill; *len])
+                    .expect("insert");
             }
             Op::Remove { tree, key } => {
-                pending.remove(&(tree, key_bytes(key)));
-                batch.push(op);
-                wtx_open = true;
+                let mut t = wtx.open_tree(&tree_name(*tree)).expect("tree");
+                t.remove(key_bytes(*key)).expect("remove");
             }
             Op::DeleteTree { tree } => {
-                pending.retain(|(t, _), _| *t != tree);
-                batch.push(op);
-                wtx_open = true;
+                wtx.delete_tree(&tree_name(*tree)).expect("delete tree");
             }
-            Op::Commit => {
-                if wtx_open {
-                    apply(&env, &batch, true);
-                    committed = pending.clone();
-                }
-                batch.clear();
-                wtx_open = false;
-            }
-            Op::Abort => {
-                if wtx_open {
-                    apply(&env, &batch, false);
-                }
-                pending = committed.clone();
-                batch.clear();
-                wtx_open = false;
-            }
-            Op::Reopen => {
-                batch.clear();
-                wtx_open = false;
-                pending = committed.clone();
-                snapshot = None;
-                drop(env);
-                env = Environment::open_with_storage(Arc::clone(&storage), common::small_options())
-                    .expect("reopen");
-                assert_eq!(read_all(&env), committed, "after reopen");
-            }
-            Op::Snapshot => {
-                if let Some((model, _)) = &snapshot {
-                    // Verified below while another snapshot opens.
-                    let _ = model;
-                }
-                snapshot = Some((committed.clone(), 0));
-            }
-        }
-        if let Some((model, age)) = &mut snapshot {
-            *age += 1;
-            if *age > 5 {
-                snapshot = None;
-            } else if *age == 1 {
-                assert_eq!(&read_all(&env), model, "snapshot at open");
-            }
+            _ => unreachable!("only writes are batched"),
         }
     }
-    if wtx_open {
-        apply(&env, &batch, true);
-        committed = pending.clone();
+    if commit {
+        wtx.commit().expect("commit")
+    } else {
+        wtx.abort()
     }
-    assert_eq!(read_all(&env), committed, "final state");
-    env.check().expect("integrity");
-    drop(env);
-    let env = Environment::open_with_storage(Arc::clone(&storage), common::small_options())
-        .expect("final reopen");
+}
+
+/// Runs `ops`; between reopens, an open snapshot must keep showing the state it started
+/// with while later transactions commit.
+fn run(ops: Vec<Op>, seed: u64) {
+    let sim = SimStorage::new(seed);
+    let storage: Arc<dyn hrafn::storage::Storage> = Arc::new(sim.clone());
+    let open = || {
+        Environment::open_with_storage(Arc::clone(&storage), common::small_options()).expect("open")
+    };
+    let mut committed = Model::new();
+    let mut pending;
+    // Writes are batched into one transaction per Commit/Abort.
+    let mut batch: Vec<Op> = Vec::new();
+    for segment in ops.split(|op| matches!(op, Op::Reopen)) {
+        let env = open();
+        assert_eq!(read_all(&env), committed, "after (re)open");
+        pending = committed.clone();
+        batch.clear();
+        let mut snapshot: Option<(hrafn::ReadTxn<'_>, Model)> = None;
+        for op in segment {
+            match op {
+                Op::Insert {
+                    tree,
+                    key,
+                    len,
+                    fill,
+                } => {
+                    pending.insert((*tree, key_bytes(*key)), vec![*fill; *len]);
+                    batch.push(op.clone());
+                }
+                Op::Remove { tree, key } => {
+                    pending.remove(&(*tree, key_bytes(*key)));
+                    batch.push(op.clone());
+                }
+                Op::DeleteTree { tree } => {
+                    pending.retain(|(t, _), _| t != tree);
+                    batch.push(op.clone());
+                }
+                Op::Commit | Op::Abort => {
+                    let commit = matches!(op, Op::Commit);
+                    if !batch.is_empty() {
+                        apply(&env, &batch, commit);
+                    }
+                    if commit {
+                        committed = pending.clone();
+                    } else {
+                        pending = committed.clone();
+                    }
+                    batch.clear();
+                }
+                Op::Snapshot => {
+                    snapshot = Some((env.begin_read().expect("read"), committed.clone()));
+                }
+                Op::Reopen => unreachable!("segments are split at reopens"),
+            }
+            if let Some((rtx, model)) = &snapshot {
+                assert_eq!(&read_snapshot(rtx), model, "a snapshot changed");
+            }
+        }
+        drop(snapshot);
+        if !batch.is_empty() {
+            apply(&env, &batch, true);
+            committed = pending.clone();
+            batch.clear();
+        }
+        assert_eq!(read_all(&env), committed, "end of segment");
+        env.check().expect("integrity");
+    }
+    let env = open();
     assert_eq!(read_all(&env), committed, "after final reopen");
     env.check().expect("integrity after reopen");
     assert!(
