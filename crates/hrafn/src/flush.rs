@@ -150,13 +150,21 @@ fn write_batch(
         // Geometric growth (a quarter of the file, capped) keeps growth rare without
         // doubling the file; fallocate then map, so the mapping never covers a hole.
         let step = (book.data_size_bytes / 4).clamp(1 << 20, GROWTH_STEP_MAX_BYTES);
-        let new_size = needed_bytes
+        let mut new_size = needed_bytes
             .max(book.data_size_bytes + step)
             .next_multiple_of(1 << 20);
-        inner
-            .data_file
-            .allocate(new_size)
-            .map_err(|e| Error::io("growing the data file", e))?;
+        if let Err(e) = inner.data_file.allocate(new_size) {
+            // On a nearly full disk take only what these pages need: transactions reserve
+            // their pages when they allocate them (`txn/alloc.rs`), so this fits.
+            if e.raw_os_error() != Some(libc::ENOSPC) || new_size == needed_bytes {
+                return Err(Error::io("growing the data file", e));
+            }
+            new_size = needed_bytes;
+            inner
+                .data_file
+                .allocate(new_size)
+                .map_err(|e| Error::io("growing the data file", e))?;
+        }
         let map = inner
             .data_file
             .map(new_size)
