@@ -79,6 +79,12 @@ pub fn record_size_for(payload_size_bytes: usize) -> usize {
     (RECORD_HEADER_SIZE_BYTES + payload_size_bytes).next_multiple_of(JOURNAL_ALIGN_BYTES)
 }
 
+/// Most bytes an LZ4 block of `compressed_size_bytes` can decompress to: a match length
+/// grows by at most 255 per input byte.
+pub fn lz4_decompressed_size_max(compressed_size_bytes: u64) -> u64 {
+    compressed_size_bytes.saturating_mul(255).saturating_add(64)
+}
+
 /// Checksum of a stored payload.
 pub fn payload_checksum(payload: &[u8], txn_id: u64) -> u64 {
     xxhash_rust::xxh3::xxh3_64_with_seed(payload, txn_id)
@@ -153,6 +159,13 @@ impl RecordHeader {
         {
             return Err(bad("record sizes inconsistent"));
         }
+        // Replay allocates the uncompressed size before decompressing: a size LZ4 cannot
+        // reach from this payload would make a damaged file exhaust memory (abort).
+        if header.flags & FLAG_COMPRESSED != 0
+            && header.uncompressed_size_bytes > lz4_decompressed_size_max(header.payload_size_bytes)
+        {
+            return Err(bad("uncompressed size beyond what the payload can hold"));
+        }
         Ok(header)
     }
 }
@@ -194,6 +207,23 @@ mod tests {
                 "flip of bit {bit}"
             );
         }
+    }
+
+    #[test]
+    fn compressed_size_claims_are_bounded_by_the_payload() {
+        let site = CorruptionSite::Environment;
+        let mut bytes = vec![0u8; RECORD_HEADER_SIZE_BYTES];
+        let mut h = sample();
+        h.uncompressed_size_bytes = 1 << 40;
+        h.encode(&mut bytes);
+        assert!(RecordHeader::decode(&bytes, &site).is_err());
+        h.uncompressed_size_bytes = lz4_decompressed_size_max(h.payload_size_bytes);
+        h.encode(&mut bytes);
+        assert!(RecordHeader::decode(&bytes, &site).is_ok());
+        // The most compressible input LZ4 knows stays within the bound.
+        let zeros = vec![0u8; 1 << 20];
+        let packed = lz4_flex::block::compress(&zeros);
+        assert!(lz4_decompressed_size_max(packed.len() as u64) >= zeros.len() as u64);
     }
 
     #[test]
