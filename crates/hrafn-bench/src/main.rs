@@ -244,6 +244,13 @@ fn run_all(cli: &Cli) -> Result<()> {
         pb.inc(1);
     }
     pb.finish_and_clear();
+    // Report in table order (the raw-disk rows ran first).
+    let order = |r: &BenchResult| {
+        let row = workloads::SPECS.iter().position(|s| s.name == r.workload);
+        let col = engines::ALL_ENGINES.iter().position(|e| *e == r.engine);
+        (row, col)
+    };
+    results.sort_by_key(order);
 
     println!();
     print!("{}", report::text(&results, &specs));
