@@ -24,6 +24,9 @@ const WORKLOADS: u64 = 12;
 /// Fewest crash states (crash points times damage variants) per CI run (times
 /// `HRAFN_TEST_SCALE`).
 const CRASH_STATES: u64 = 20_000;
+/// Workloads run with the background flusher, and crash points sampled from each.
+const RACY_WORKLOADS: u64 = 3;
+const RACY_POINTS: u64 = 100;
 /// Steps per workload (roughly).
 const STEPS: u64 = 60;
 
@@ -35,10 +38,13 @@ fn crash_case(plan: &Plan, op: u64) -> Tally {
     sim.crash_at(op);
     let run = execute(plan, Arc::new(sim.clone()));
     if !sim.is_frozen() {
-        tally.fail(format!(
-            "workload seed {seed:#x} op {op}: the run ended before the crash point"
-        ));
-        return tally;
+        if !racy(plan) {
+            tally.fail(format!(
+                "workload seed {seed:#x} op {op}: the run ended before the crash point"
+            ));
+            return tally;
+        }
+        // With the flusher on its own, a run may take fewer operations: cut it at the end.
     }
     if let Some(error) = &run.error
         && !run.power_loss
@@ -62,12 +68,43 @@ fn crash_case(plan: &Plan, op: u64) -> Tally {
             verify_recovery(&disk, &plan.options, &run.oracle, damage == Damage::KeepAll);
         tally.record(&verdict, || {
             format!(
-                "workload seed {seed:#x} op {op} {damage:?} salt {salt} (acked {}, submitted {})",
-                run.oracle.acked, run.oracle.submitted
+                "workload seed {seed:#x} op {op} {damage:?} salt {salt} (acked {}, submitted \
+                 {}){}",
+                run.oracle.acked,
+                run.oracle.submitted,
+                if racy(plan) {
+                    " with the background flusher (replays may differ)"
+                } else {
+                    ""
+                }
             )
         });
     }
     tally
+}
+
+/// Whether `plan` lets the flusher thread run on its own timer (not exactly replayable).
+fn racy(plan: &Plan) -> bool {
+    plan.options.flush_interval_ms < 1_000
+}
+
+/// Workload `w` with the flusher running on its own every millisecond and syncing at once,
+/// as in production but faster: crash points are sampled, and a run's operations depend on
+/// thread timing, so a seed replays only approximately.
+fn racy_workload(base: u64, w: u64) -> (Plan, u64) {
+    let mut plan = Plan::generate(mix(base ^ w ^ 0x0BAC_46A0), STEPS);
+    plan.options.flush_interval_ms = 1;
+    plan.options.sync_interval_ms = 0;
+    let sim = SimStorage::new(plan.seed);
+    let run = execute(&plan, Arc::new(sim.clone()));
+    assert!(
+        run.error.is_none() && run.problems.is_empty(),
+        "workload seed {:#x} with the background flusher: {:?} {:?}",
+        plan.seed,
+        run.error,
+        run.problems
+    );
+    (plan, sim.ops_count())
 }
 
 /// Generates workload `w`, checks that it replays the same operations, and returns it with
@@ -127,17 +164,29 @@ fn power_loss_at_every_operation() {
         starts.push(total);
         total += ops;
     }
-    let tally = parallel(total, |i| {
+    let mut tally = parallel(total, |i| {
         let w = starts.partition_point(|&s| s <= i) - 1;
         let (plan, _) = &plans[w];
         crash_case(plan, i - starts[w])
     });
+    let deterministic_states = tally.states;
+    // Then sampled crash points with the flusher running concurrently.
+    let racy_plans: Vec<(Plan, u64)> = (0..RACY_WORKLOADS * common::scale())
+        .map(|w| racy_workload(base, w))
+        .collect();
+    let racy_points = RACY_POINTS * racy_plans.len() as u64;
+    tally.merge(parallel(racy_points, |i| {
+        let (plan, ops) = &racy_plans[(i / RACY_POINTS) as usize];
+        let op = crash_support::Rng::new(plan.seed ^ i).below(*ops);
+        crash_case(plan, op)
+    }));
     let line = format!(
-        "power-loss: {} crash states ({} workloads, {total} crash points), {} lost, {} phantom, \
-         {} holes, {} failed opens, {} check failures, {} violations, {} panics, {} other, \
-         seed {base:#x}, {:.1}s",
-        tally.states,
+        "power-loss: {} crash states ({} workloads, {total} crash points; plus {} with the \
+         background flusher), {} lost, {} phantom, {} holes, {} failed opens, {} check \
+         failures, {} violations, {} panics, {} other, seed {base:#x}, {:.1}s",
+        deterministic_states,
         plans.len(),
+        tally.states - deterministic_states,
         tally.lost,
         tally.phantom,
         tally.holes,
