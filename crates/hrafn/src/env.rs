@@ -71,7 +71,7 @@ impl Default for Options {
     fn default() -> Options {
         Options {
             durability: Durability::Immediate,
-            journal_file_size_bytes: 16 << 20,
+            journal_file_size_bytes: 4 << 20,
             flush_threshold_bytes: 32 << 20,
             flush_interval_ms: 100,
             sync_interval_ms: 10_000,
@@ -153,6 +153,9 @@ pub(crate) struct EnvInner {
     /// The journal writer; records are appended in transaction order (`journal_turn`).
     pub journal: Mutex<JournalWriter>,
     pub journal_turn: parking_lot::Condvar,
+    /// The state of the last prepared transaction while its record is being written: the
+    /// next write transaction builds on it (pipelined commit).
+    pub pending_state: Mutex<Option<Arc<State>>>,
     /// Transactions prepared but not yet through their journal write.
     pub commits_in_flight: AtomicU64,
     /// Serializes publishing states (commit and flush both derive from the current one).
@@ -350,6 +353,7 @@ impl Environment {
             journal: Mutex::new(journal),
             journal_turn: parking_lot::Condvar::new(),
             commits_in_flight: AtomicU64::new(0),
+            pending_state: Mutex::new(None),
             publish: Mutex::new(()),
             data_file,
             journal_index,

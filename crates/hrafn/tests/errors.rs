@@ -96,3 +96,25 @@ fn freed_pages_are_reused() {
     let report = env.check().expect("integrity");
     assert!(report.free_pages > 100, "{report:?}");
 }
+
+#[test]
+fn scratch_drains_after_a_large_commit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = Environment::open(dir.path(), common::small_options()).expect("open");
+    let mut wtx = env.begin_write().expect("write");
+    {
+        let mut t = wtx.open_tree("t").expect("tree");
+        for i in 0..20_000u32 {
+            t.insert(i.to_be_bytes(), [3u8; 200]).expect("insert");
+        }
+    }
+    wtx.commit().expect("commit");
+    env.flush_and_sync().expect("flush");
+    let stats = env.stats();
+    assert_eq!(stats.ptt_page_count, 0, "{stats:?}");
+    assert_eq!(
+        stats.scratch_used_bytes, 0,
+        "nothing pins the committed pages: {stats:?}"
+    );
+    assert!(stats.scratch_peak_bytes > 1 << 20, "{stats:?}");
+}

@@ -112,6 +112,12 @@ impl Prepared<'_> {
         }
         // Still under the journal lock: publishes happen in transaction order too.
         drop(journal);
+        // Once published, the pending copy would only pin scratch the flusher could free.
+        let mut pending = env.pending_state.lock();
+        if pending.as_ref().is_some_and(|p| p.txn_id == self.txn_id) {
+            *pending = None;
+        }
+        drop(pending);
         self.release(env);
         if env.usage.used_bytes() >= env.options.flush_threshold_bytes {
             env.flusher.kick();

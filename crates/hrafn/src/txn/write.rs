@@ -46,8 +46,6 @@ pub struct WriterCore {
     /// First bitmap that may hold a free bit, and the number of free pages.
     pub(crate) free_hint: usize,
     pub(crate) free_pages: u64,
-    /// The state of the last prepared transaction while its record is being written.
-    pub(crate) pending: Option<Arc<State>>,
 }
 
 impl WriterCore {
@@ -60,7 +58,6 @@ impl WriterCore {
             last_txn_id,
             free_hint: 0,
             free_pages,
-            pending: None,
         })
     }
 }
@@ -97,7 +94,7 @@ impl<'env> WriteTxn<'env> {
         let (slot, published) = env.readers.register(&env.state)?;
         // A prepared transaction whose record is still being written is newer than the
         // published state: build on it (its pages reach readers only at its publish).
-        let base = match &core.pending {
+        let base = match &*env.pending_state.lock() {
             Some(pending) if pending.txn_id > published.txn_id => {
                 env.counters
                     .pipelined_commits
@@ -318,7 +315,7 @@ impl<'env> WriteTxn<'env> {
             ptt: with_pages(&self.base.ptt, &pages, txn_id),
             data: self.base.data.clone(),
         };
-        self.core.pending = Some(Arc::new(pending));
+        *self.env.pending_state.lock() = Some(Arc::new(pending));
         let ahead = self
             .env
             .commits_in_flight
