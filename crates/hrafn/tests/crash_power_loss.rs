@@ -341,3 +341,44 @@ fn power_loss_while_creating_leaves_an_openable_disk() {
         failures.len()
     );
 }
+
+/// Known engine bug, outside this suite's promise (`Durability::None` is documented as not
+/// crash-safe, but as keeping a consistent prefix): with buffered journal writes a power
+/// loss may keep a later record and drop an earlier one, and recovery then refuses the disk
+/// as a hole (e.g. workload seed 0x0 op 59 Random salt 2: "valid record of transaction 14 after
+/// the end of the log"). Run with `--ignored` to reproduce.
+#[test]
+#[ignore = "Durability::None: a power cut can leave an unopenable journal (engine bug)"]
+fn buffered_durability_power_loss_keeps_a_prefix() {
+    let mut tally = Tally::default();
+    for w in 0..4 {
+        let mut plan = Plan::generate(mix(w), STEPS);
+        plan.options.durability = hrafn::Durability::None;
+        let sim = SimStorage::new(plan.seed);
+        let run = execute(&plan, Arc::new(sim.clone()));
+        assert!(run.error.is_none(), "{:?}", run.error);
+        let ops = sim.ops_count();
+        for i in 0..100 {
+            let op = crash_support::Rng::new(plan.seed ^ i).below(ops);
+            let crashed = SimStorage::new(plan.seed);
+            crashed.crash_at(op);
+            let run = execute(&plan, Arc::new(crashed.clone()));
+            for (damage, salt) in DAMAGE_VARIANTS {
+                let mut oracle = run.oracle.clone();
+                if damage != Damage::KeepAll {
+                    // Unsynced commits may be lost; what survives must be a prefix.
+                    oracle.acked = 0;
+                }
+                let disk = crashed.power_cut_salted(damage, salt);
+                let (verdict, _) = verify_recovery(&disk, &plan.options, &oracle, false);
+                tally.record(&verdict, || {
+                    format!(
+                        "workload seed {:#x} op {op} {damage:?} salt {salt}",
+                        plan.seed
+                    )
+                });
+            }
+        }
+    }
+    tally.assert_clean("buffered power loss", 0);
+}
