@@ -507,6 +507,11 @@ fn create(storage: &dyn Storage) -> Result<Header> {
     seal(&mut page, META_PAGE_NUMBER);
     write_all_at(&*data, &page, 0).map_err(io("writing the meta page"))?;
     data.sync_data().map_err(io("syncing the data file"))?;
+    // The data file's and the journal directory's entries must be durable before a header
+    // can name them: a power cut could otherwise keep the header and lose them.
+    storage
+        .sync_dir("")
+        .map_err(io("syncing the environment directory"))?;
     storage
         .sync_dir("journal")
         .map_err(io("syncing the journal directory"))?;

@@ -139,6 +139,11 @@ fn write_batch(
         let file = Arc::clone(&*inner.journal_file.lock());
         file.sync_data()
             .map_err(|e| fail(Error::io("syncing the journal before a flush", e)))?;
+        // Every record up to this state's is durable now (the write-ahead checker in tests
+        // learns it here; with durable journals each write reports it).
+        inner.storage.note(StorageEvent::JournalDurable {
+            txn_id: state.txn_id,
+        });
     }
     let txn_id_max = batch.iter().map(|&(_, t)| t).max().unwrap_or(0);
     inner.storage.note(StorageEvent::DataWrite { txn_id_max });

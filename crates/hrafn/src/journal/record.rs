@@ -5,7 +5,7 @@
 //! |---|---|---|
 //! | 0 | 8 | magic `HRAFNJR1` |
 //! | 8 | 4 | format version |
-//! | 12 | 4 | flags (bit 0: payload is LZ4-compressed) |
+//! | 12 | 4 | flags (bit 0: payload is LZ4-compressed; bit 1: written without sync) |
 //! | 16 | 8 | transaction id |
 //! | 24 | 8 | journal number of the file the record was written into |
 //! | 32 | 8 | previous record's checksum (hash chain) |
@@ -33,6 +33,9 @@ pub const RECORD_VERSION: u32 = 1;
 pub const RECORD_HEADER_SIZE_BYTES: usize = 128;
 /// Flag: payload compressed with LZ4 (block format).
 pub const FLAG_COMPRESSED: u32 = 1;
+/// Flag: written without `O_DSYNC` (`Durability::None`). Buffered records may reach the
+/// disk out of order, so a valid one after the end of the log is not a hole.
+pub const FLAG_BUFFERED: u32 = 2;
 
 /// Offsets of the header fields (documented in `docs/format.md`).
 pub mod offsets {

@@ -9,7 +9,7 @@
 //! same pages.
 
 use super::diff::DiffReader;
-use super::record::{FLAG_COMPRESSED, RECORD_HEADER_SIZE_BYTES, RecordHeader};
+use super::record::{FLAG_BUFFERED, FLAG_COMPRESSED, RECORD_HEADER_SIZE_BYTES, RecordHeader};
 use super::writer::{journal_file_name, parse_journal_file_name};
 use crate::error::{CorruptionSite, Error, Result};
 use crate::header::Header;
@@ -300,6 +300,7 @@ fn check_no_hole(
                 if let Ok(rec) = RecordHeader::decode(bytes, &site)
                     && rec.journal_number == n
                     && rec.txn_id >= next_txn_id
+                    && rec.flags & FLAG_BUFFERED == 0
                     && !(in_flight_slot && rec.txn_id == next_txn_id)
                 {
                     return Err(Error::corruption(

@@ -6,7 +6,9 @@
 //! (a durable write into a zero-filled file costs about half of one into merely allocated
 //! blocks: no extent conversion to log) and then reused by renaming.
 
-use super::record::{FLAG_COMPRESSED, RECORD_HEADER_SIZE_BYTES, RecordHeader, record_size_for};
+use super::record::{
+    FLAG_BUFFERED, FLAG_COMPRESSED, RECORD_HEADER_SIZE_BYTES, RecordHeader, record_size_for,
+};
 use crate::error::{Error, Result};
 use crate::limits::JOURNAL_ALIGN_BYTES;
 use crate::storage::{FileKind, Storage, StorageEvent, StorageFile, write_all_at};
@@ -207,7 +209,11 @@ impl JournalWriter {
         } else {
             (payload, 0)
         };
-        header.flags = flags;
+        header.flags = if self.kind == FileKind::JournalBuffered {
+            flags | FLAG_BUFFERED
+        } else {
+            flags
+        };
         header.journal_number = self.journal_number;
         header.prev_checksum = self.prev_checksum;
         header.payload_size_bytes = stored.len() as u64;
