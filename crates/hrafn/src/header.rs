@@ -146,22 +146,31 @@ impl Header {
 /// [`Error::Corruption`] when a header file exists but no copy is valid; I/O errors.
 pub fn read_newest(storage: &dyn Storage) -> Result<Option<Header>> {
     let mut best: Option<Header> = None;
-    let mut any_exists = false;
     let mut first_error = None;
+    // `header.a` is created first (by rename, at the end of creation) and never removed.
+    // Without it, creation never completed and nothing was ever acknowledged; a `header.b`
+    // that holds nothing yet (empty or zeros: its first write failed) changes nothing.
+    let mut a_missing = false;
+    let mut b_blank = true;
     for name in HEADER_FILES {
         let exists = storage
             .exists(name)
             .map_err(|e| Error::io(format!("checking {name}"), e))?;
         if !exists {
+            a_missing |= name == HEADER_FILES[0];
             continue;
         }
-        any_exists = true;
         let file = storage
             .open(name, FileKind::Header, false)
             .map_err(|e| Error::io(format!("opening {name}"), e))?;
         let mut bytes = vec![0u8; HEADER_SIZE_BYTES];
         let decoded = match read_exact_at(&*file, &mut bytes, 0) {
-            Ok(()) => Header::decode(&bytes, name),
+            Ok(()) => {
+                if name == HEADER_FILES[1] {
+                    b_blank = bytes.iter().all(|&b| b == 0);
+                }
+                Header::decode(&bytes, name)
+            }
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Err(Error::corruption(
                 CorruptionSite::Header {
                     file: name.to_owned(),
@@ -180,11 +189,11 @@ pub fn read_newest(storage: &dyn Storage) -> Result<Option<Header>> {
             Err(e) => first_error = first_error.or(Some(e)),
         }
     }
-    match (best, any_exists, first_error) {
-        (Some(h), _, _) => Ok(Some(h)),
-        (None, false, _) => Ok(None),
-        (None, true, Some(e)) => Err(e),
-        (None, true, None) => Err(Error::corruption(
+    match (best, first_error) {
+        (Some(h), _) => Ok(Some(h)),
+        (None, _) if a_missing && b_blank => Ok(None),
+        (None, Some(e)) => Err(e),
+        (None, None) => Err(Error::corruption(
             CorruptionSite::Environment,
             "no valid header",
         )),
@@ -240,5 +249,20 @@ mod tests {
             d[bit / 8] ^= 1 << (bit % 8);
             assert!(Header::decode(&d, "header.b").is_err(), "bit {bit}");
         }
+    }
+
+    /// Regression (io-errors suite, seed 0xaf8cf854e5782e6f op 17, ENOSPC): creation failed
+    /// before `header.a` was durable and the first write of `header.b` failed; a power cut
+    /// left only an empty `header.b`. That is a never-created environment, not corruption.
+    #[test]
+    fn blank_header_b_without_header_a_is_a_new_environment() {
+        use crate::storage::sim::SimStorage;
+        let sim = SimStorage::new(1);
+        let file = sim.open("header.b", FileKind::Header, true).expect("create");
+        assert_eq!(read_newest(&sim).expect("no environment"), None);
+        write_all_at(&*file, &[0u8; 512], 0).expect("zeros");
+        assert_eq!(read_newest(&sim).expect("no environment"), None);
+        write_all_at(&*file, &[7u8; 512], 0).expect("garbage");
+        assert!(read_newest(&sim).expect_err("garbage is corruption").is_corruption());
     }
 }
