@@ -34,6 +34,13 @@ pub const FORMAT_VERSION: u32 = 1;
 pub const HEADER_SIZE_BYTES: usize = 128;
 /// Size of a header file.
 pub const HEADER_FILE_SIZE_BYTES: usize = 4096;
+/// Largest revision, transaction id, journal number or journal offset a valid header
+/// holds (a counter never gets near it; the margin keeps `+ 1` and offset sums exact).
+pub const COUNTER_MAX: u64 = 1 << 62;
+/// Largest next page number a valid header holds: the data file's byte size must fit a
+/// `u64` with room to spare.
+pub const PAGE_NUMBER_MAX: u64 = (1 << 62) / PAGE_SIZE_BYTES as u64;
+
 /// File names, by revision parity.
 pub const HEADER_FILES: [&str; 2] = ["header.a", "header.b"];
 
@@ -122,7 +129,7 @@ impl Header {
         }
         let mut env_id = [0u8; 16];
         env_id.copy_from_slice(&bytes[o::ENV_ID..o::ENV_ID + 16]);
-        Ok(Header {
+        let header = Header {
             revision: get_u64(bytes, o::REVISION),
             env_id,
             synced_txn_id: get_u64(bytes, o::SYNCED_TXN_ID),
@@ -130,7 +137,18 @@ impl Header {
             journal_offset_bytes: get_u64(bytes, o::JOURNAL_OFFSET),
             chain_checksum: get_u64(bytes, o::CHAIN_CHECKSUM),
             next_page_number: get_u64(bytes, o::NEXT_PAGE_NUMBER),
-        })
+        };
+        // Counters and positions far beyond anything a real environment reaches: recovery
+        // adds to them and multiplies page numbers by the page size, which must not overflow.
+        if header.revision > COUNTER_MAX
+            || header.synced_txn_id > COUNTER_MAX
+            || header.journal_number > COUNTER_MAX
+            || header.journal_offset_bytes > COUNTER_MAX
+            || header.next_page_number > PAGE_NUMBER_MAX
+        {
+            return Err(bad("header field out of range"));
+        }
+        Ok(header)
     }
 
     /// File this revision is written to.
@@ -243,6 +261,34 @@ mod tests {
         };
         let bytes = h.encode();
         assert_eq!(Header::decode(&bytes, "header.b").expect("valid"), h);
+        for out_of_range in [
+            Header {
+                journal_number: u64::MAX,
+                ..h
+            },
+            Header {
+                journal_offset_bytes: COUNTER_MAX + 1,
+                ..h
+            },
+            Header {
+                synced_txn_id: u64::MAX,
+                ..h
+            },
+            Header {
+                revision: u64::MAX,
+                ..h
+            },
+            Header {
+                next_page_number: PAGE_NUMBER_MAX + 1,
+                ..h
+            },
+        ] {
+            let bytes = out_of_range.encode();
+            assert!(
+                Header::decode(&bytes, "header.b").is_err(),
+                "{out_of_range:?}"
+            );
+        }
         assert_eq!(h.file_name(), "header.b");
         for bit in 0..HEADER_SIZE_BYTES * 8 {
             let mut d = bytes.clone();
@@ -258,11 +304,17 @@ mod tests {
     fn blank_header_b_without_header_a_is_a_new_environment() {
         use crate::storage::sim::SimStorage;
         let sim = SimStorage::new(1);
-        let file = sim.open("header.b", FileKind::Header, true).expect("create");
+        let file = sim
+            .open("header.b", FileKind::Header, true)
+            .expect("create");
         assert_eq!(read_newest(&sim).expect("no environment"), None);
         write_all_at(&*file, &[0u8; 512], 0).expect("zeros");
         assert_eq!(read_newest(&sim).expect("no environment"), None);
         write_all_at(&*file, &[7u8; 512], 0).expect("garbage");
-        assert!(read_newest(&sim).expect_err("garbage is corruption").is_corruption());
+        assert!(
+            read_newest(&sim)
+                .expect_err("garbage is corruption")
+                .is_corruption()
+        );
     }
 }

@@ -162,6 +162,14 @@ impl RecordHeader {
         {
             return Err(bad("record sizes inconsistent"));
         }
+        // Ids and page numbers far beyond any real environment: replay adds to them and
+        // sizes the data file from the next page number, which must not overflow.
+        if header.txn_id > crate::header::COUNTER_MAX
+            || header.journal_number > crate::header::COUNTER_MAX
+            || header.next_page_number > crate::header::PAGE_NUMBER_MAX
+        {
+            return Err(bad("record field out of range"));
+        }
         // Replay allocates the uncompressed size before decompressing: a size LZ4 cannot
         // reach from this payload would make a damaged file exhaust memory (abort).
         if header.flags & FLAG_COMPRESSED != 0
@@ -209,6 +217,29 @@ mod tests {
                 RecordHeader::decode(&damaged, &site).is_err(),
                 "flip of bit {bit}"
             );
+        }
+    }
+
+    #[test]
+    fn ids_and_page_numbers_out_of_range_are_rejected() {
+        let site = CorruptionSite::Environment;
+        let mut bytes = vec![0u8; RECORD_HEADER_SIZE_BYTES];
+        for mut h in [
+            RecordHeader {
+                next_page_number: 1 << 60,
+                ..sample()
+            },
+            RecordHeader {
+                txn_id: u64::MAX,
+                ..sample()
+            },
+            RecordHeader {
+                journal_number: u64::MAX,
+                ..sample()
+            },
+        ] {
+            h.encode(&mut bytes);
+            assert!(RecordHeader::decode(&bytes, &site).is_err(), "{h:?}");
         }
     }
 
