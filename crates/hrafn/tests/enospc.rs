@@ -10,14 +10,15 @@
 //! removes the filler file, reopens, checks that every acknowledged commit is intact and
 //! that writes resume, and checks the integrity of the result.
 //!
-//! Runs vary the tmpfs size, the filler size, the value sizes and the journal file size.
+//! Runs vary the tmpfs size, the filler size, the value sizes and the journal file size;
+//! half of them commit through `Environment::submit` (merged writes).
 //! `HRAFN_TEST_SCALE` multiplies the number of runs.
 
 mod common;
 
 use hrafn::storage::sim::SimStorage;
 use hrafn::storage::{FileKind, Mapping, Storage, StorageEvent, StorageFile};
-use hrafn::{Durability, Environment, Error, Options};
+use hrafn::{Durability, Environment, Error, Options, WriteTxn};
 use std::any::Any;
 use std::io::{self, BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -40,6 +41,8 @@ struct RunShape {
     value_size_bytes: u64,
     keys_per_commit: u64,
     journal_file_size_kib: u64,
+    /// Commit through `Environment::submit` (merged writes).
+    merged: bool,
 }
 
 fn shape(run: u64) -> RunShape {
@@ -55,6 +58,7 @@ fn shape(run: u64) -> RunShape {
         value_size_bytes: VALUE_BYTES[(run % 5) as usize],
         keys_per_commit: 1 + (h >> 8) % 4,
         journal_file_size_kib,
+        merged: run % 2 == 1,
     }
 }
 
@@ -96,16 +100,25 @@ fn value(shape: RunShape, seq: u64, i: u64) -> Vec<u8> {
 }
 
 /// One transaction: the keys of `seq` and the `last` marker.
+/// Odd-numbered runs submit it as a merged write request instead of their own transaction.
 fn commit(env: &Environment, shape: RunShape, seq: u64) -> hrafn::Result<()> {
-    let mut wtx = env.begin_write()?;
-    {
-        let mut t = wtx.open_tree("data")?;
-        for i in 0..shape.keys_per_commit {
-            t.insert(key(seq, i), value(shape, seq, i))?;
+    let apply = move |wtx: &mut WriteTxn<'_>| -> hrafn::Result<()> {
+        {
+            let mut t = wtx.open_tree("data")?;
+            for i in 0..shape.keys_per_commit {
+                t.insert(key(seq, i), value(shape, seq, i))?;
+            }
         }
+        wtx.open_tree("last")?.insert(b"last", seq.to_be_bytes())?;
+        Ok(())
+    };
+    if shape.merged {
+        env.submit(apply)
+    } else {
+        let mut wtx = env.begin_write()?;
+        apply(&mut wtx)?;
+        wtx.commit()
     }
-    wtx.open_tree("last")?.insert(b"last", seq.to_be_bytes())?;
-    wtx.commit()
 }
 
 /// Whether `e` is the disk being full, directly or as the cause of a poisoning.
@@ -640,6 +653,7 @@ fn full_sim_disk_reopens_after_freeing_space() {
             value_size_bytes,
             keys_per_commit: 3,
             journal_file_size_kib: 64,
+            merged: case % 2 == 1,
         };
         let options = Options {
             flush_interval_ms,
