@@ -42,6 +42,11 @@ impl Walker {
                 ));
             }
             let (word, bit) = ((page_number / 64) as usize, page_number % 64);
+            if word >= self.used.len() {
+                // Grown as pages are met (each was read first), not sized by the meta
+                // page's high-water mark, which a damaged page may put at 2^62.
+                self.used.resize(word + 1, 0);
+            }
             if self.used[word] & (1 << bit) != 0 {
                 return Err(corrupt(page_number, "page used twice"));
             }
@@ -59,7 +64,7 @@ impl Walker {
 pub fn check<'a, S: PageSource<'a>>(src: S) -> Result<CheckReport> {
     let meta = Meta::decode(src.page(META_PAGE_NUMBER)?)?;
     let mut walker = Walker {
-        used: vec![0; meta.next_page_number.div_ceil(64) as usize],
+        used: Vec::new(),
         next_page_number: meta.next_page_number,
         report: CheckReport {
             next_page_number: meta.next_page_number,
@@ -102,7 +107,10 @@ pub fn check<'a, S: PageSource<'a>>(src: S) -> Result<CheckReport> {
             Some(&bitmap) => is_free(src.page(bitmap)?, (page_number % PAGES_PER_BITMAP) as usize),
             None => false,
         };
-        let used = walker.used[(page_number / 64) as usize] & (1 << (page_number % 64)) != 0;
+        let used = walker
+            .used
+            .get((page_number / 64) as usize)
+            .is_some_and(|w| w & (1 << (page_number % 64)) != 0);
         match (free, used) {
             (true, true) => return Err(corrupt(page_number, "page both free and in use")),
             (false, false) => {
@@ -139,8 +147,8 @@ fn walk_tree<'a, S: PageSource<'a>>(
         if depth > crate::btree::DEPTH_MAX {
             return Err(corrupt(page_number, "tree deeper than any valid tree"));
         }
-        walker.mark(page_number, 1)?;
         let page = src.page(page_number)?;
+        walker.mark(page_number, 1)?;
         node::validate_header(page, page_number)?;
         let leaf = node::is_leaf(page, page_number)?;
         let n = node::count(page);
@@ -162,6 +170,8 @@ fn walk_tree<'a, S: PageSource<'a>>(
             }
             for i in 0..n {
                 let (key, value) = node::leaf_entry(page, i, page_number)?;
+                // Resolved (so validated) before its pages are counted.
+                let bytes = resolve_value(src, value)?;
                 if let ValueRef::Overflow {
                     first_page,
                     len_bytes,
@@ -169,7 +179,7 @@ fn walk_tree<'a, S: PageSource<'a>>(
                 {
                     walker.mark(first_page, overflow_page_count(len_bytes))?;
                 }
-                visit(key, resolve_value(src, value)?)?;
+                visit(key, bytes)?;
             }
             entries += n as u64;
         } else {

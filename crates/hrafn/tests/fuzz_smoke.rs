@@ -396,6 +396,14 @@ fn regressions() {
             targets::recover_journal,
             "04001600000000000000000000000000001003000000000000000100640008000102030405060708",
         ),
+        // A meta page with a high-water mark of 2^62: the integrity check allocated a bitmap
+        // of every page up to it and aborted.
+        (
+            "page_decode",
+            targets::page_decode,
+            "00000000000000000000000000000000000004000000000000000000000000000000485241464e4d4554\
+             00000000000000000000000000000000000000000000004000000000000000000000000000000000",
+        ),
     ];
     for (name, body, input) in cases {
         PANICKED.store(false, Ordering::SeqCst);
