@@ -23,6 +23,9 @@ use std::time::{Duration, Instant};
 
 /// Largest single data-file write; contiguous pages are batched up to this.
 const WRITE_BATCH_BYTES: usize = 4 << 20;
+/// Journal files waiting for a sync that trigger one (they hold the only durable copy of
+/// what is not yet synced, so their count bounds recovery time and journal disk use).
+const JOURNALS_PENDING_MAX: usize = 8;
 /// Growth step cap for the data file.
 const GROWTH_STEP_MAX_BYTES: u64 = 1 << 30;
 
@@ -67,14 +70,14 @@ impl Flusher {
         self.condvar.notify_one();
     }
 
-    /// Waits for a kick, shutdown or the timeout; returns whether to stop.
-    fn wait(&self, timeout: Duration) -> bool {
+    /// Waits for a kick, shutdown or the timeout; returns (stop, kicked).
+    fn wait(&self, timeout: Duration) -> (bool, bool) {
         let mut signal = self.signal.lock();
         if !signal.0 && !signal.1 {
             self.condvar.wait_for(&mut signal, timeout);
         }
-        signal.0 = false;
-        signal.1
+        let kicked = std::mem::take(&mut signal.0);
+        (signal.1, kicked)
     }
 }
 
@@ -84,8 +87,18 @@ pub(crate) fn spawn(inner: Arc<EnvInner>) -> Result<std::thread::JoinHandle<()>>
         .name("hrafn-flusher".into())
         .spawn(move || {
             let interval = Duration::from_millis(inner.options.flush_interval_ms.max(1));
+            let mut commits_seen = inner.counters.commits.load(Ordering::Relaxed);
             loop {
-                let stop = inner.flusher.wait(interval);
+                let (stop, kicked) = inner.flusher.wait(interval);
+                // Flush when asked (scratch past the threshold, a writer waiting for room)
+                // or when commits have gone quiet for an interval; while commits stream in
+                // below the threshold, pages wait in scratch so the data file is written in
+                // larger batches and its syncs do not compete with journal writes.
+                let commits = inner.counters.commits.load(Ordering::Relaxed);
+                let busy = std::mem::replace(&mut commits_seen, commits) != commits;
+                if !stop && !kicked && busy {
+                    continue;
+                }
                 if inner.check_poison().is_ok()
                     && let Err(error) = flush(&inner, stop)
                 {
@@ -117,7 +130,7 @@ pub(crate) fn flush(inner: &EnvInner, force_sync: bool) -> Result<()> {
     let due = force_sync
         || book.bytes_since_sync >= inner.options.sync_threshold_bytes
         || book.last_sync.elapsed() >= Duration::from_millis(inner.options.sync_interval_ms)
-        || inner.journal_index.lock().active.len() > 2;
+        || inner.journal_index.lock().active.len() > JOURNALS_PENDING_MAX;
     if due {
         sync(inner, &mut book)?;
     }
