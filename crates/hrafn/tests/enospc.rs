@@ -16,6 +16,8 @@
 
 mod common;
 
+use common::mix;
+
 use hrafn::storage::sim::SimStorage;
 use hrafn::storage::{FileKind, Mapping, Storage, StorageEvent, StorageFile};
 use hrafn::{Durability, Environment, Error, Options, WriteTxn};
@@ -72,13 +74,6 @@ fn options(shape: RunShape) -> Options {
         sync_threshold_bytes: 1 << 20,
         ..Options::default()
     }
-}
-
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 fn key(seq: u64, i: u64) -> Vec<u8> {

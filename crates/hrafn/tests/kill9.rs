@@ -25,6 +25,8 @@
 
 mod common;
 
+use common::mix;
+
 use hrafn::{Durability, Environment, Options, WriteBatch, WriteTxn};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -57,14 +59,6 @@ fn options() -> Options {
         sync_threshold_bytes: 1 << 20,
         ..Options::default()
     }
-}
-
-/// splitmix64 finalizer: every derived size and byte comes from it.
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 struct Rng(u64);

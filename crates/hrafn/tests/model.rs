@@ -202,6 +202,18 @@ proptest! {
     }
 }
 
+/// Every entry of `tree` as `reader` sees it.
+fn entries(reader: &hrafn::ReadTxn<'_>, tree: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
+    reader
+        .open_tree(tree)
+        .expect("tree")
+        .iter()
+        .expect("iter")
+        .map(|e| e.map(|(k, v)| (k.to_vec(), v.to_vec())))
+        .collect::<Result<_, _>>()
+        .expect("entries")
+}
+
 /// A long reader keeps its view while writers commit and the flusher runs.
 #[test]
 fn snapshot_isolation_with_concurrent_commits() {
@@ -216,14 +228,7 @@ fn snapshot_isolation_with_concurrent_commits() {
     }
     wtx.commit().expect("commit");
     let reader = env.begin_read().expect("read");
-    let before: Vec<(Vec<u8>, Vec<u8>)> = reader
-        .open_tree("t")
-        .expect("tree")
-        .iter()
-        .expect("iter")
-        .map(|e| e.map(|(k, v)| (k.to_vec(), v.to_vec())))
-        .collect::<Result<_, _>>()
-        .expect("entries");
+    let before: Vec<(Vec<u8>, Vec<u8>)> = entries(&reader, "t");
     for round in 0..50u32 {
         let mut wtx = env.begin_write().expect("write");
         let mut t = wtx.open_tree("t").expect("tree");
@@ -238,14 +243,7 @@ fn snapshot_isolation_with_concurrent_commits() {
         wtx.commit().expect("commit");
         env.flush_and_sync().expect("flush");
     }
-    let after: Vec<(Vec<u8>, Vec<u8>)> = reader
-        .open_tree("t")
-        .expect("tree")
-        .iter()
-        .expect("iter")
-        .map(|e| e.map(|(k, v)| (k.to_vec(), v.to_vec())))
-        .collect::<Result<_, _>>()
-        .expect("entries");
+    let after: Vec<(Vec<u8>, Vec<u8>)> = entries(&reader, "t");
     assert_eq!(before, after, "a reader's view never changes");
     assert!(
         env.stats().scratch_used_bytes > 0,
