@@ -81,6 +81,35 @@ impl Flusher {
     }
 }
 
+/// Makes sure the data file has at least `needed_bytes` allocated and returns its
+/// allocated size. Shared by the flusher and by transactions that take pages from the end
+/// of the file, so both follow one growth policy: a quarter of the file (at least 1 MiB, at
+/// most 1 GiB) keeps growth rare without doubling the file; on a nearly full disk, only what
+/// is needed. `fallocate`, never `ftruncate`: a hole under the mapping would turn ENOSPC into
+/// SIGBUS. The size is tracked in memory, so the common case costs no system call.
+pub(crate) fn grow_data_file(inner: &EnvInner, needed_bytes: u64) -> Result<u64> {
+    let current = inner.data_allocated_bytes.load(Ordering::Acquire);
+    if needed_bytes <= current {
+        return Ok(current);
+    }
+    let step = (current / 4).clamp(1 << 20, GROWTH_STEP_MAX_BYTES);
+    let mut target = needed_bytes.max(current + step).next_multiple_of(1 << 20);
+    if let Err(e) = inner.data_file.allocate(target) {
+        if e.raw_os_error() != Some(libc::ENOSPC) || target == needed_bytes {
+            return Err(Error::io("growing the data file", e));
+        }
+        target = needed_bytes;
+        inner
+            .data_file
+            .allocate(target)
+            .map_err(|e| Error::io("growing the data file", e))?;
+    }
+    Ok(inner
+        .data_allocated_bytes
+        .fetch_max(target, Ordering::AcqRel)
+        .max(target))
+}
+
 /// Starts the flusher thread.
 pub(crate) fn spawn(inner: Arc<EnvInner>) -> Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
@@ -165,24 +194,7 @@ fn write_batch(
     let needed_bytes = (last_page + 1) * PAGE_SIZE_BYTES as u64;
     let mut new_view = None;
     if needed_bytes > book.data_size_bytes {
-        // Geometric growth (a quarter of the file, capped) keeps growth rare without
-        // doubling the file; fallocate then map, so the mapping never covers a hole.
-        let step = (book.data_size_bytes / 4).clamp(1 << 20, GROWTH_STEP_MAX_BYTES);
-        let mut new_size = needed_bytes
-            .max(book.data_size_bytes + step)
-            .next_multiple_of(1 << 20);
-        if let Err(e) = inner.data_file.allocate(new_size) {
-            // On a nearly full disk take only what these pages need: transactions reserve
-            // their pages when they allocate them (`txn/alloc.rs`), so this fits.
-            if e.raw_os_error() != Some(libc::ENOSPC) || new_size == needed_bytes {
-                return Err(Error::io("growing the data file", e));
-            }
-            new_size = needed_bytes;
-            inner
-                .data_file
-                .allocate(new_size)
-                .map_err(|e| Error::io("growing the data file", e))?;
-        }
+        let new_size = grow_data_file(inner, needed_bytes)?;
         let map = inner
             .data_file
             .map(new_size)

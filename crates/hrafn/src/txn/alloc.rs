@@ -53,26 +53,7 @@ impl WriteTxn<'_> {
     /// reopening would need more free space than the pages themselves. Running out of
     /// space here fails only this transaction, with [`Error::NoSpace`].
     fn reserve_data_pages(&self, end_page: u64) -> Result<()> {
-        if end_page <= self.base.data.page_count {
-            return Ok(()); // mapped, so allocated
-        }
-        let needed_bytes = end_page * PAGE_SIZE_BYTES as u64;
-        let file = &self.env.data_file;
-        let len = file
-            .len()
-            .map_err(|e| Error::io("sizing the data file", e))?;
-        if needed_bytes <= len {
-            return Ok(());
-        }
-        // The flusher's growth policy (a quarter of the file, at least 1 MiB), but on a
-        // nearly full disk only what is needed.
-        let step = (len / 4).clamp(1 << 20, 1 << 30);
-        let target = needed_bytes.max(len + step).next_multiple_of(1 << 20);
-        match file.allocate(target) {
-            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => file.allocate(needed_bytes),
-            other => other,
-        }
-        .map_err(|e| Error::io("growing the data file", e))
+        crate::flush::grow_data_file(self.env, end_page * PAGE_SIZE_BYTES as u64).map(|_| ())
     }
 
     /// Marks `count` pages from `first` free (at commit).
