@@ -103,17 +103,11 @@ impl<'env> WriteTxn<'env> {
             }
             _ => published,
         };
-        let meta = match Meta::decode(match (&*base).page(META_PAGE_NUMBER) {
-            Ok(p) => p,
-            Err(e) => {
+        let meta = match (&*base).page(META_PAGE_NUMBER).and_then(Meta::decode) {
+            Ok(meta) => meta,
+            Err(error) => {
                 env.readers.release(slot);
-                return Err(e);
-            }
-        }) {
-            Ok(m) => m,
-            Err(e) => {
-                env.readers.release(slot);
-                return Err(e);
+                return Err(error);
             }
         };
         debug_assert_eq!(
