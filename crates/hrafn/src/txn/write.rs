@@ -91,10 +91,13 @@ impl<'env> WriteTxn<'env> {
         env.check_poison()?;
         let core = env.writer.lock();
         env.check_poison()?;
-        let (slot, published) = env.readers.register(&env.state)?;
         // A prepared transaction whose record is still being written is newer than the
         // published state: build on it (its pages reach readers only at its publish).
-        let base = match &*env.pending_state.lock() {
+        // The published state is loaded under the pending lock: a publish stores the new
+        // state before it clears the pending one, so the two are never both stale.
+        let pending = env.pending_state.lock();
+        let (slot, published) = env.readers.register(&env.state)?;
+        let base = match &*pending {
             Some(pending) if pending.txn_id > published.txn_id => {
                 env.counters
                     .pipelined_commits
@@ -103,6 +106,7 @@ impl<'env> WriteTxn<'env> {
             }
             _ => published,
         };
+        drop(pending);
         let meta = match (&*base).page(META_PAGE_NUMBER).and_then(Meta::decode) {
             Ok(meta) => meta,
             Err(error) => {
@@ -110,7 +114,8 @@ impl<'env> WriteTxn<'env> {
                 return Err(error);
             }
         };
-        debug_assert_eq!(
+        // Building on an older state would silently drop the commits in between.
+        assert_eq!(
             base.txn_id, core.last_txn_id,
             "the writer sees the last commit"
         );
@@ -310,16 +315,9 @@ impl<'env> WriteTxn<'env> {
             data: self.base.data.clone(),
         };
         *self.env.pending_state.lock() = Some(Arc::new(pending));
-        let ahead = self
-            .env
+        self.env
             .commits_in_flight
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        if ahead > 0 {
-            self.env
-                .counters
-                .pipelined_commits
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
         self.core.last_txn_id = txn_id;
         self.core.free_hint = self.free_hint;
         self.core.free_pages = self.free_pages;
