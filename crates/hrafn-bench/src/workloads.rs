@@ -513,14 +513,16 @@ fn concurrent_writers(spec: &Spec, name: &str, cfg: &Config, dir: &Path) -> Resu
         }
         Ok((start.elapsed(), all))
     })?;
+    let stats = engine.commit_stats();
     drop(engine);
     let commits = WRITER_THREADS * per_thread;
     let mut r = BenchResult::measured(spec.name, name, cfg.scale, commits, "commits", elapsed)
         .with_latencies(&mut lat);
     r.commits = Some(commits);
-    r.note = Some(format!(
-        "{WRITER_THREADS} threads x {per_thread} commits; {path}"
-    ));
+    r.note = Some(match stats {
+        Some(stats) => format!("{WRITER_THREADS} threads x {per_thread} commits; {path}; {stats}"),
+        None => format!("{WRITER_THREADS} threads x {per_thread} commits; {path}"),
+    });
     Ok(r)
 }
 

@@ -65,6 +65,12 @@ pub struct Options {
     pub merge_batch_max_bytes: usize,
     /// How long a caller waits for room in the merge queue before [`Error::Timeout`].
     pub merge_wait_timeout_ms: u64,
+    /// When the journal goes idle right after a merged transaction of several requests,
+    /// how long the leader waits for the first of those callers to come back with its
+    /// next request before it closes the transaction it is building (0: never waits).
+    /// Without it, concurrent callers split into two groups that take turns, each
+    /// journal write carrying only half of them.
+    pub merge_linger_us: u64,
 }
 
 impl Default for Options {
@@ -83,6 +89,7 @@ impl Default for Options {
             merge_batch_max_requests: 1024,
             merge_batch_max_bytes: 16 << 20,
             merge_wait_timeout_ms: 30_000,
+            merge_linger_us: 50,
         }
     }
 }
@@ -125,6 +132,9 @@ pub struct Stats {
     /// Write transactions that began while the previous one's journal write was still in
     /// flight (pipelined commit).
     pub pipelined_commits: u64,
+    /// Times a merge leader waited for callers of the previous merged transaction to come
+    /// back ([`Options::merge_linger_us`]).
+    pub merge_lingers: u64,
 }
 
 /// Counters updated as the engine runs.
@@ -141,6 +151,7 @@ pub(crate) struct Counters {
     pub merged_transactions: AtomicU64,
     pub merged_requests: AtomicU64,
     pub pipelined_commits: AtomicU64,
+    pub merge_lingers: AtomicU64,
 }
 
 /// Everything an environment owns; shared with the flusher thread.
@@ -463,6 +474,7 @@ impl Environment {
             merged_requests: c.merged_requests.load(Ordering::Relaxed),
             merge_queue_peak: inner.merger.queue_peak.load(Ordering::Relaxed),
             pipelined_commits: c.pipelined_commits.load(Ordering::Relaxed),
+            merge_lingers: c.merge_lingers.load(Ordering::Relaxed),
         }
     }
 }

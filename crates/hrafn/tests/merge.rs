@@ -58,11 +58,13 @@ fn many_threads_all_acknowledged_requests_survive_reopen() {
             "a transaction ran while another was being written: {stats:?}"
         );
         eprintln!(
-            "merge: {} requests in {} transactions ({:.1} per journal write), {} pipelined",
+            "merge: {} requests in {} transactions ({:.1} per journal write), {} pipelined, \
+             {} lingers",
             stats.merged_requests,
             stats.merged_transactions,
             stats.merged_requests as f64 / stats.merged_transactions as f64,
-            stats.pipelined_commits
+            stats.pipelined_commits,
+            stats.merge_lingers
         );
     }
     let env = Environment::open(dir.path(), common::small_options()).expect("reopen");
@@ -99,6 +101,22 @@ fn plain_transactions_from_many_threads_build_on_every_earlier_commit() {
     }
     assert_eq!(count_keys(&env, "p"), threads * per_thread);
     env.check().expect("integrity");
+}
+
+#[test]
+fn a_lone_caller_never_waits_for_others() {
+    // The leader lingers only after a merged transaction of several requests: one thread
+    // submitting in turn must not pay the linger on every commit.
+    let env = Environment::open_with_storage(Arc::new(SimStorage::new(3)), common::small_options())
+        .expect("open");
+    for i in 0..200u32 {
+        let mut batch = WriteBatch::new();
+        batch.insert("l", i.to_be_bytes(), b"v");
+        env.write(batch).expect("write");
+    }
+    let stats = env.stats();
+    assert_eq!(stats.merged_requests, 200);
+    assert_eq!(stats.merge_lingers, 0, "{stats:?}");
 }
 
 #[test]

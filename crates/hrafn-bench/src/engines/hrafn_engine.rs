@@ -111,6 +111,18 @@ impl Engine for Hrafn {
         })
     }
 
+    fn commit_stats(&self) -> Option<String> {
+        let stats = self.env.stats();
+        (stats.merged_transactions > 0).then(|| {
+            format!(
+                "{} requests in {} merged transactions ({:.1} per journal write)",
+                stats.merged_requests,
+                stats.merged_transactions,
+                stats.merged_requests as f64 / stats.merged_transactions as f64
+            )
+        })
+    }
+
     fn concurrent_write_path(&self) -> &'static str {
         if cfg!(feature = "hrafn-submit") {
             "Environment::submit (merged writes, returns when durable)"

@@ -37,6 +37,12 @@ pub trait Engine: Send + Sync {
     /// How [`Engine::write_concurrent`] gets its transactions, for the output notes.
     fn concurrent_write_path(&self) -> &'static str;
 
+    /// What the engine reports about its commits so far (for the output notes), if it
+    /// reports anything.
+    fn commit_stats(&self) -> Option<String> {
+        None
+    }
+
     /// Runs `f` inside one read transaction (a consistent snapshot).
     fn read(&self, f: &mut dyn FnMut(&dyn Reader) -> Result<()>) -> Result<()>;
 }

@@ -16,7 +16,7 @@
 use super::write::WriteTxn;
 use crate::env::EnvInner;
 use crate::error::{Error, Result};
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -207,6 +207,8 @@ pub(crate) struct Merger {
     wake: Condvar,
     /// Most requests ever queued at once (for the back-pressure test).
     pub queue_peak: AtomicU64,
+    /// Requests in the last merged transaction that committed (see [`Merger::linger`]).
+    last_batch_requests: AtomicU64,
 }
 
 impl Merger {
@@ -272,6 +274,7 @@ impl Merger {
             let mut bytes = 0;
             let mut wtx: Option<WriteTxn<'_>> = None;
             let mut failed = false;
+            let mut lingered = false;
             loop {
                 let taken = {
                     let mut queue = self.queue.lock();
@@ -282,6 +285,12 @@ impl Merger {
                             break;
                         }
                         let idle = env.commits_in_flight.load(Ordering::SeqCst) == 0;
+                        if idle && !full && !executed.is_empty() && !lingered {
+                            lingered = true;
+                            if self.linger(env, &mut queue) {
+                                continue;
+                            }
+                        }
                         if full || (!executed.is_empty() && idle) {
                             break;
                         }
@@ -351,6 +360,24 @@ impl Merger {
         }
     }
 
+    /// Waits up to `merge_linger_us` for a request to arrive, if the last merged
+    /// transaction had several callers: they are likely on their way back, and closing
+    /// the transaction without them would split the callers into two groups that take
+    /// turns at the journal. Yields rather than sleeps, since a timed sleep is far coarser
+    /// than the wait. Returns whether a request arrived.
+    fn linger(&self, env: &EnvInner, queue: &mut MutexGuard<'_, Queue>) -> bool {
+        let linger = Duration::from_micros(env.options.merge_linger_us);
+        if linger.is_zero() || self.last_batch_requests.load(Ordering::Relaxed) < 2 {
+            return false;
+        }
+        env.counters.merge_lingers.fetch_add(1, Ordering::Relaxed);
+        let started = Instant::now();
+        while queue.pending.is_empty() && started.elapsed() < linger {
+            MutexGuard::unlocked(queue, std::thread::yield_now);
+        }
+        !queue.pending.is_empty()
+    }
+
     /// Wakes a leader waiting for requests or for the journal.
     pub(crate) fn wake(&self) {
         let _queue = self.queue.lock();
@@ -371,6 +398,9 @@ impl Merger {
 fn complete_all(env: &EnvInner, batch: &[Arc<Request>], result: Result<()>) {
     match result {
         Ok(()) => {
+            env.merger
+                .last_batch_requests
+                .store(batch.len() as u64, Ordering::Relaxed);
             env.counters
                 .merged_transactions
                 .fetch_add(1, Ordering::Relaxed);
