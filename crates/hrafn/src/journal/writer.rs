@@ -193,7 +193,9 @@ impl JournalWriter {
                 Error::InvalidArgument(format!("compressing a journal record: {e}"))
             })?;
             self.compressed.truncate(n);
-            n < payload.len() - payload.len() / 16
+            // Only a saved 4 KiB block saves write time; otherwise replay would just pay
+            // for decompression.
+            record_size_for(n) < record_size_for(payload.len())
         };
         let stored_len = if compress {
             self.compressed.len()
@@ -323,12 +325,16 @@ const RETAINED_BUFFER_BYTES: usize = 4 << 20;
 /// Payloads above this size are probed before being compressed whole.
 const COMPRESSION_PROBE_BYTES: usize = 64 * 1024;
 
-/// Whether compressing `payload` is worth its time. Small payloads are always tried (cheap,
-/// and each saved 4 KiB block is a saved write). For a large one, compression costs about
+/// Whether compressing `payload` is worth its time. A record of one 4 KiB block cannot get
+/// smaller, so it is not tried. Other small payloads are always tried (cheap, and each saved
+/// block is a saved write). For a large one, compression costs about
 /// as much time as writing the bytes it saves unless it removes a quarter of them, so it is
 /// compressed whole only if a 64 KiB sample from its middle shrinks by that much (the role
 /// Voron's adaptive acceleration plays).
 fn worth_compressing(payload: &[u8]) -> bool {
+    if record_size_for(payload.len()) <= JOURNAL_ALIGN_BYTES {
+        return false;
+    }
     if payload.len() <= 2 * COMPRESSION_PROBE_BYTES {
         return true;
     }
