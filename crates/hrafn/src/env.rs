@@ -486,6 +486,10 @@ impl Drop for Environment {
             && handle.join().is_err()
         {
             tracing::error!("flusher thread panicked");
+            return;
+        }
+        if let Err(error) = crate::flush::trim_data_file(&self.inner) {
+            tracing::warn!(%error, "could not trim the data file on close");
         }
     }
 }

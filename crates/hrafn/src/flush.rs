@@ -321,6 +321,29 @@ fn sync(inner: &EnvInner, book: &mut FlushBook) -> Result<()> {
     Ok(())
 }
 
+/// On a clean close, gives the data file's growth slack back: once a durable header
+/// declares the last transaction synced, no page at or past that header's
+/// `next_page_number` holds anything. The next open grows the file again as needed.
+pub(crate) fn trim_data_file(inner: &EnvInner) -> Result<()> {
+    inner.check_poison()?;
+    let book = inner.flush_book.lock();
+    if book.header.synced_txn_id != inner.state.load().txn_id {
+        return Ok(()); // not everything reached the data file
+    }
+    let used_bytes = book.header.next_page_number * PAGE_SIZE_BYTES as u64;
+    if inner.data_allocated_bytes.load(Ordering::SeqCst) <= used_bytes {
+        return Ok(());
+    }
+    inner
+        .data_file
+        .truncate(used_bytes)
+        .map_err(|e| Error::io("trimming the data file", e))?;
+    inner
+        .data_allocated_bytes
+        .store(used_bytes, Ordering::SeqCst);
+    Ok(())
+}
+
 /// Keeps a retired journal for reuse (at most two, of the standard size) or removes it.
 pub(crate) fn recycle_or_remove(
     storage: &dyn Storage,

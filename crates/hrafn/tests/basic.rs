@@ -86,3 +86,56 @@ fn second_open_is_locked() {
         Err(Error::Locked)
     ));
 }
+
+#[test]
+fn clean_close_gives_back_the_data_file_growth_slack() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data_len = || {
+        std::fs::metadata(dir.path().join("data.hrafn"))
+            .expect("data file")
+            .len()
+    };
+    let fill = |env: &Environment, from: u32| {
+        for chunk in 0..10u32 {
+            let mut wtx = env.begin_write().expect("write");
+            {
+                let mut t = wtx.open_tree("t").expect("tree");
+                for i in 0..2000u32 {
+                    let n = from + chunk * 2000 + i;
+                    t.insert(n.to_be_bytes(), [n as u8; 100]).expect("insert");
+                }
+            }
+            wtx.commit().expect("commit");
+        }
+    };
+    let allocated = {
+        let env = Environment::open(dir.path(), options()).expect("open");
+        fill(&env, 0);
+        env.stats().data_file_size_bytes
+    };
+    let trimmed = data_len();
+    assert!(
+        trimmed < allocated,
+        "{trimmed} bytes after close, {allocated} before"
+    );
+    assert_eq!(trimmed % 8192, 0);
+    // Everything reads back, and the file grows again for new pages.
+    let env = Environment::open(dir.path(), options()).expect("reopen");
+    env.check().expect("integrity");
+    fill(&env, 20_000);
+    {
+        let rtx = env.begin_read().expect("read");
+        let t = rtx.open_tree("t").expect("tree");
+        assert_eq!(t.len(), 40_000);
+        for n in [0u32, 19_999, 20_000, 39_999] {
+            let value = t.get(n.to_be_bytes()).expect("get");
+            assert_eq!(value, Some(&[n as u8; 100][..]));
+        }
+    }
+    drop(env);
+    assert!(data_len() > trimmed);
+    Environment::open(dir.path(), options())
+        .expect("reopen")
+        .check()
+        .expect("integrity");
+}

@@ -618,6 +618,9 @@ impl StorageFile for CappedFile {
         self.storage.claim(self.inner.len()?, len_bytes)?;
         self.inner.allocate(len_bytes)
     }
+    fn truncate(&self, len_bytes: u64) -> io::Result<()> {
+        self.inner.truncate(len_bytes)
+    }
     fn map(&self, len_bytes: u64) -> io::Result<Arc<dyn Mapping>> {
         self.inner.map(len_bytes)
     }

@@ -131,6 +131,13 @@ impl StorageFile for RealFile {
         Ok(self.file.metadata()?.len())
     }
 
+    fn truncate(&self, len_bytes: u64) -> io::Result<()> {
+        if len_bytes < self.len()? {
+            self.file.set_len(len_bytes)?;
+        }
+        Ok(())
+    }
+
     fn allocate(&self, len_bytes: u64) -> io::Result<()> {
         let current = self.len()?;
         if len_bytes <= current {

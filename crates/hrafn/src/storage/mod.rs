@@ -96,6 +96,9 @@ pub trait StorageFile: Send + Sync {
     /// Grows the file to at least `len_bytes` with allocated zeroed blocks (`fallocate`), so
     /// a later write into that range cannot fail with ENOSPC and a mapping never faults.
     fn allocate(&self, len_bytes: u64) -> io::Result<()>;
+    /// Shrinks the file to `len_bytes` (nothing if it is not longer). No mapping may be read
+    /// past `len_bytes` afterwards.
+    fn truncate(&self, len_bytes: u64) -> io::Result<()>;
     /// Maps the first `len_bytes` read-only. Bytes written later with `write_at` become
     /// visible through the mapping.
     fn map(&self, len_bytes: u64) -> io::Result<Arc<dyn Mapping>>;

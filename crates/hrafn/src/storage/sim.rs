@@ -241,6 +241,7 @@ struct NsGroup {
 enum Pending {
     Write { offset: u64, data: Vec<u8> },
     Grow { len: u64 },
+    Shrink { len: u64 },
 }
 
 struct Inode {
@@ -384,6 +385,7 @@ impl Pending {
                     image.resize(len, 0);
                 }
             }
+            Pending::Shrink { len } => image.truncate(to_usize(*len)),
         }
     }
 }
@@ -520,7 +522,7 @@ impl Inode {
                         });
                     }
                 }
-                grow @ Pending::Grow { .. } => kept.push(grow),
+                size @ (Pending::Grow { .. } | Pending::Shrink { .. }) => kept.push(size),
             }
         }
         self.pending = kept;
@@ -534,7 +536,7 @@ impl Inode {
             match (damage, p) {
                 (Damage::DropAll, _) => {}
                 (Damage::KeepAll, p) => p.apply(&mut image),
-                (Damage::Random, Pending::Grow { .. }) => {
+                (Damage::Random, Pending::Grow { .. } | Pending::Shrink { .. }) => {
                     if rng.coin() {
                         p.apply(&mut image);
                     }
@@ -1440,6 +1442,28 @@ impl StorageFile for SimFile {
             // The memfd is zero past the live length, so growing needs no writing.
             inode.live_len = len_bytes;
             inode.pending.push(Pending::Grow { len: len_bytes });
+        }
+        if gate == Gate::Crash {
+            return Err(power_loss());
+        }
+        Ok(())
+    }
+
+    fn truncate(&self, len_bytes: u64) -> io::Result<()> {
+        let mut st = self.storage.inner.state.lock();
+        let name = &self.name;
+        let gate = st.begin(OpClass::Write, || {
+            format!("truncate {name:?} len={len_bytes}")
+        })?;
+        if let Gate::Fail(f) = gate {
+            return Err(f.error());
+        }
+        let inode = st.inode(self.id);
+        if len_bytes < inode.live_len {
+            // Keep the memfd zero past the live length (growing relies on it).
+            inode.live.zero(len_bytes, inode.live_len - len_bytes)?;
+            inode.live_len = len_bytes;
+            inode.pending.push(Pending::Shrink { len: len_bytes });
         }
         if gate == Gate::Crash {
             return Err(power_loss());
