@@ -19,6 +19,10 @@ pub(crate) struct Prepared<'env> {
     pub header: RecordHeader,
     pub payload: Vec<u8>,
     pub pages: Vec<(u64, Arc<PageBuf>)>,
+    /// The PTT this transaction was built on, and that PTT with its pages: publish reuses
+    /// the latter when nothing (a flush) changed the published PTT meanwhile.
+    pub base_ptt: Ptt,
+    pub ptt: Ptt,
     pub dirty_bytes: u64,
     pub finished: bool,
 }
@@ -103,7 +107,11 @@ impl Prepared<'_> {
         {
             let _publish = env.publish.lock();
             let current = env.state.load_full();
-            let ptt = with_pages(&current.ptt, &self.pages, self.txn_id);
+            let ptt = if current.ptt.ptr_eq(&self.base_ptt) {
+                self.ptt.clone()
+            } else {
+                with_pages(&current.ptt, &self.pages, self.txn_id)
+            };
             env.state.store(Arc::new(State {
                 txn_id: self.txn_id,
                 ptt,

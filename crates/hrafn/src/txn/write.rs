@@ -309,9 +309,10 @@ impl<'env> WriteTxn<'env> {
         };
         // The next write transaction starts from this one's pages while its record is
         // still being written (pipelined commit); readers do not see them until publish.
+        let ptt = with_pages(&self.base.ptt, &pages, txn_id);
         let pending = State {
             txn_id,
-            ptt: with_pages(&self.base.ptt, &pages, txn_id),
+            ptt: ptt.clone(),
             data: self.base.data.clone(),
         };
         *self.env.pending_state.lock() = Some(Arc::new(pending));
@@ -327,6 +328,8 @@ impl<'env> WriteTxn<'env> {
             header,
             payload,
             pages,
+            base_ptt: self.base.ptt.clone(),
+            ptt,
             dirty_bytes,
             finished: false,
         }))
