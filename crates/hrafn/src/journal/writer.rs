@@ -15,6 +15,47 @@ use crate::storage::{FileKind, Storage, StorageEvent, StorageFile, write_all_at}
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+/// A record under construction. Its payload is encoded right after room for the header, in
+/// a buffer where the record starts 4 KiB-aligned, so a record stored uncompressed goes to
+/// the `O_DIRECT` write without another copy of its payload (for a large transaction, a copy
+/// as large as everything it changed).
+pub struct RecordBuf {
+    buf: Vec<u8>,
+    start: usize,
+}
+
+impl RecordBuf {
+    /// Room for `payload_capacity_bytes` of payload; a payload that outgrows it still works
+    /// but is copied when written.
+    pub fn with_capacity(payload_capacity_bytes: usize) -> RecordBuf {
+        let mut buf: Vec<u8> = Vec::with_capacity(
+            payload_capacity_bytes + RECORD_HEADER_SIZE_BYTES + 2 * JOURNAL_ALIGN_BYTES,
+        );
+        let start = buf.as_ptr().align_offset(JOURNAL_ALIGN_BYTES);
+        buf.resize(start + RECORD_HEADER_SIZE_BYTES, 0);
+        RecordBuf { buf, start }
+    }
+
+    /// The buffer the payload is encoded into, by appending only (what lies before the
+    /// payload is the header's room).
+    pub fn encoder(&mut self) -> &mut Vec<u8> {
+        &mut self.buf
+    }
+
+    /// The payload encoded so far.
+    pub fn payload(&self) -> &[u8] {
+        &self.buf[self.start + RECORD_HEADER_SIZE_BYTES..]
+    }
+
+    /// Whether the record can be written from this buffer as it is.
+    fn is_aligned(&self) -> bool {
+        self.buf[self.start..]
+            .as_ptr()
+            .align_offset(JOURNAL_ALIGN_BYTES)
+            == 0
+    }
+}
+
 /// Name of journal file `number`.
 pub fn journal_file_name(number: u64) -> String {
     format!("journal/{number:019}.journal")
@@ -167,8 +208,9 @@ impl JournalWriter {
         self.journal_number
     }
 
-    /// Appends the record of `header.txn_id` with `payload` (uncompressed diffs). When this
-    /// returns `Ok` in durable mode the record is on disk.
+    /// Appends the record of `header.txn_id` with the payload of `record` (uncompressed
+    /// diffs). When this returns `Ok` in durable mode the record is on disk. `record` is
+    /// used as the write buffer and holds nothing useful afterwards.
     ///
     /// # Errors
     /// I/O errors; the caller must poison the environment (a failed `O_DIRECT` write may
@@ -176,7 +218,7 @@ impl JournalWriter {
     pub fn append(
         &mut self,
         mut header: RecordHeader,
-        payload: &[u8],
+        record: &mut RecordBuf,
         index: &parking_lot::Mutex<JournalIndex>,
     ) -> Result<RecordEnd> {
         assert_eq!(
@@ -184,6 +226,8 @@ impl JournalWriter {
             self.last_txn_id + 1,
             "records are appended in transaction order"
         );
+        let payload = record.payload();
+        let payload_len = payload.len();
         // LZ4 when it pays; incompressible payloads (random values) are stored raw. A large
         // payload is probed first so that incompressible data is not compressed in vain.
         let compress = worth_compressing(payload) && {
@@ -219,20 +263,28 @@ impl JournalWriter {
         header.journal_number = self.journal_number;
         header.prev_checksum = self.prev_checksum;
         header.payload_size_bytes = stored.len() as u64;
-        header.uncompressed_size_bytes = payload.len() as u64;
+        header.uncompressed_size_bytes = payload_len as u64;
         header.record_size_bytes = record_size as u64;
         header.payload_checksum = super::record::payload_checksum(stored, header.txn_id);
 
-        // An aligned window into a Vec reserved once: no unsafe allocation, no zero-filling
-        // of the whole buffer, one copy of the payload.
-        self.aligned.clear();
-        self.aligned.reserve(record_size + JOURNAL_ALIGN_BYTES);
-        let start = self.aligned.as_ptr().align_offset(JOURNAL_ALIGN_BYTES);
-        self.aligned.resize(start + RECORD_HEADER_SIZE_BYTES, 0);
-        let checksum = header.encode(&mut self.aligned[start..]);
-        self.aligned.extend_from_slice(stored);
-        self.aligned.resize(start + record_size, 0);
-        let block = &self.aligned[start..];
+        let (checksum, block) = if !compress && record.is_aligned() {
+            // Header and padding around the payload where it already lies.
+            let start = record.start;
+            let checksum = header.encode(&mut record.buf[start..]);
+            record.buf.resize(start + record_size, 0);
+            (checksum, &record.buf[start..])
+        } else {
+            // An aligned window into a Vec reserved once: no unsafe allocation, no
+            // zero-filling of the whole buffer, one copy of the stored bytes.
+            self.aligned.clear();
+            self.aligned.reserve(record_size + JOURNAL_ALIGN_BYTES);
+            let start = self.aligned.as_ptr().align_offset(JOURNAL_ALIGN_BYTES);
+            self.aligned.resize(start + RECORD_HEADER_SIZE_BYTES, 0);
+            let checksum = header.encode(&mut self.aligned[start..]);
+            self.aligned.extend_from_slice(stored);
+            self.aligned.resize(start + record_size, 0);
+            (checksum, &self.aligned[start..])
+        };
         debug_assert_eq!(block.as_ptr().align_offset(JOURNAL_ALIGN_BYTES), 0);
         write_all_at(&*self.file, block, self.position_bytes).map_err(|e| {
             Error::io(
@@ -252,7 +304,7 @@ impl JournalWriter {
         self.prev_checksum = checksum;
         self.last_txn_id = header.txn_id;
         self.bytes_written += record_size as u64;
-        self.payload_bytes += payload.len() as u64;
+        self.payload_bytes += payload_len as u64;
         let end = RecordEnd {
             txn_id: header.txn_id,
             journal_number: self.journal_number,

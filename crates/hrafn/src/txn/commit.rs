@@ -8,6 +8,7 @@ use super::state::State;
 use crate::env::EnvInner;
 use crate::error::{Error, Result};
 use crate::journal::record::RecordHeader;
+use crate::journal::writer::RecordBuf;
 use crate::scratch::{PageBuf, Ptt, PttEntry};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -17,7 +18,7 @@ pub(crate) struct Prepared<'env> {
     pub env: &'env EnvInner,
     pub txn_id: u64,
     pub header: RecordHeader,
-    pub payload: Vec<u8>,
+    pub record: RecordBuf,
     pub pages: Vec<(u64, Arc<PageBuf>)>,
     /// The PTT this transaction was built on, and that PTT with its pages: publish reuses
     /// the latter when nothing (a flush) changed the published PTT meanwhile.
@@ -83,7 +84,8 @@ impl Prepared<'_> {
         }
         env.check_poison()?;
         let (bytes_before, number_before) = (journal.bytes_written, journal.journal_number());
-        let appended = journal.append(self.header, &self.payload, &env.journal_index);
+        let payload_bytes = self.record.payload().len() as u64;
+        let appended = journal.append(self.header, &mut self.record, &env.journal_index);
         if let Err(error) = appended {
             env.poison_with(&error);
             return Err(error);
@@ -99,7 +101,7 @@ impl Prepared<'_> {
         c.journal_bytes_written
             .fetch_add(journal.bytes_written - bytes_before, Ordering::Relaxed);
         c.journal_payload_bytes
-            .fetch_add(self.payload.len() as u64, Ordering::Relaxed);
+            .fetch_add(payload_bytes, Ordering::Relaxed);
         c.dirty_page_bytes
             .fetch_add(self.dirty_bytes, Ordering::Relaxed);
 

@@ -8,6 +8,7 @@ use crate::env::EnvInner;
 use crate::error::{Error, Result};
 use crate::journal::diff::encode_page;
 use crate::journal::record::RecordHeader;
+use crate::journal::writer::RecordBuf;
 use crate::limits::{KEY_SIZE_MAX_BYTES, PAGE_SIZE_BYTES, VALUE_SIZE_MAX_BYTES};
 use crate::meta::{META_PAGE_NUMBER, Meta};
 use crate::page::{PageKind, init, seal, span_pages};
@@ -273,7 +274,7 @@ impl<'env> WriteTxn<'env> {
         // Sized for the worst case (every page whole) so it never reallocates; untouched
         // capacity costs no memory.
         let pages_total: usize = self.dirty.values().map(PageBuf::page_count).sum();
-        let mut payload = Vec::with_capacity(pages_total * (PAGE_SIZE_BYTES + 16));
+        let mut record = RecordBuf::with_capacity(pages_total * (PAGE_SIZE_BYTES + 16));
         let mut page_count = 0u32;
         let mut dirty_bytes = 0u64;
         let mut pages = Vec::with_capacity(page_numbers.len());
@@ -283,7 +284,7 @@ impl<'env> WriteTxn<'env> {
             dirty_bytes += buf.bytes().len() as u64;
             for (i, new) in buf.bytes().chunks_exact(PAGE_SIZE_BYTES).enumerate() {
                 let number = page_number + i as u64;
-                if encode_page(&mut payload, number, new, self.base.page_raw(number)) {
+                if encode_page(record.encoder(), number, new, self.base.page_raw(number)) {
                     page_count += 1;
                 }
             }
@@ -326,7 +327,7 @@ impl<'env> WriteTxn<'env> {
             env: self.env,
             txn_id,
             header,
-            payload,
+            record,
             pages,
             base_ptt: self.base.ptt.clone(),
             ptt,
