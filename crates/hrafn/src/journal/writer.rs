@@ -464,6 +464,21 @@ mod tests {
     }
 
     #[test]
+    fn record_buf_keeps_room_for_the_header_and_stays_aligned_within_capacity() {
+        let mut record = RecordBuf::with_capacity(10_000);
+        assert!(record.is_aligned());
+        assert!(record.payload().is_empty());
+        record.encoder().extend((0..10_000u32).map(|i| i as u8));
+        assert!(record.is_aligned(), "no reallocation within the capacity");
+        assert_eq!(record.payload().len(), 10_000);
+        assert_eq!(record.payload()[9_999], (9_999u32 % 256) as u8);
+        // Outgrowing the capacity keeps the payload intact (it is then copied when written).
+        record.encoder().extend(std::iter::repeat_n(7u8, 100_000));
+        assert_eq!(record.payload().len(), 110_000);
+        assert_eq!(record.payload()[10_000], 7);
+    }
+
+    #[test]
     fn retire_keeps_current_and_uncovered() {
         let mut index = JournalIndex::default();
         index.active.extend([(1, 10), (2, 20), (3, 30)]);
