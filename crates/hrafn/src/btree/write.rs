@@ -12,7 +12,8 @@ use crate::limits::{PAGE_HEADER_SIZE_BYTES, PAGE_SIZE_BYTES};
 use crate::page::{OFFSET_AUX, PageKind, corrupt, overflow_page_count, put_u64};
 
 /// The path from the root to a node: (branch page, child number taken).
-struct Path {
+#[derive(Clone, Copy)]
+pub struct Path {
     steps: [(u64, usize); DEPTH_MAX],
     len: usize,
 }
@@ -74,6 +75,16 @@ fn descend<S: PageStore>(store: &S, root: u64, key: &[u8], path: &mut Path) -> R
     }
 }
 
+/// Where the last insert into a tree went when it landed at the end of the rightmost leaf
+/// without a split: a larger key belongs there too, so sequential inserts skip the descent
+/// and its binary searches. Valid only while inserts through [`insert_hinted`] are the only
+/// changes to the tree; whoever changes it otherwise must drop the hint.
+#[derive(Clone, Copy)]
+pub struct AppendHint {
+    leaf: u64,
+    path: Path,
+}
+
 /// Inserts or replaces `key`. Returns true if a value was replaced.
 ///
 /// # Errors
@@ -84,10 +95,32 @@ pub fn insert<S: PageStore>(
     key: &[u8],
     value: &[u8],
 ) -> Result<bool> {
+    insert_hinted(store, tree, key, value, &mut None)
+}
+
+/// [`insert`], using and updating an [`AppendHint`] for `tree`.
+///
+/// # Errors
+/// As [`insert`].
+pub fn insert_hinted<S: PageStore>(
+    store: &mut S,
+    tree: &mut TreeHeader,
+    key: &[u8],
+    value: &[u8],
+    hint: &mut Option<AppendHint>,
+) -> Result<bool> {
     debug_assert!(key.len() <= crate::limits::KEY_SIZE_MAX_BYTES);
-    let mut path = Path::new();
-    let leaf = descend(store, tree.root_page, key, &mut path)?;
-    let found = node::search(store.page(leaf)?, key, true, leaf)?;
+    let (leaf, mut path, found) = match hint.take() {
+        Some(h) if appends_to(store.page(h.leaf)?, key, h.leaf)? => {
+            (h.leaf, h.path, Err(node::count(store.page(h.leaf)?)))
+        }
+        _ => {
+            let mut path = Path::new();
+            let leaf = descend(store, tree.root_page, key, &mut path)?;
+            let found = node::search(store.page(leaf)?, key, true, leaf)?;
+            (leaf, path, found)
+        }
+    };
     let index = match found {
         Ok(i) => {
             free_value_at(store, leaf, i)?;
@@ -105,11 +138,41 @@ pub fn insert<S: PageStore>(
             len_bytes: value.len() as u64,
         }
     };
+    let appended = index == node::count(store.page(leaf)?);
+    let path_before = path;
     insert_into_leaf(store, tree, &mut path, leaf, index, key, &stored)?;
     if found.is_err() {
         tree.entry_count += 1;
     }
+    // Still the rightmost leaf, and the key is its last entry (a split would have moved it
+    // to a new right node): the next larger key goes here too.
+    if appended && is_rightmost(store, &path_before)? {
+        let page = store.page(leaf)?;
+        let n = node::count(page);
+        if n > 0 && node::key(page, n - 1, true, leaf)? == key {
+            *hint = Some(AppendHint {
+                leaf,
+                path: path_before,
+            });
+        }
+    }
     Ok(found.is_ok())
+}
+
+/// Whether `key` sorts after every key of leaf `page` (so it goes at its end).
+fn appends_to(page: &[u8], key: &[u8], page_number: u64) -> Result<bool> {
+    let n = node::count(page);
+    Ok(n > 0 && key > node::key(page, n - 1, true, page_number)?)
+}
+
+/// Whether `path` took the last child at every branch.
+fn is_rightmost<S: PageStore>(store: &S, path: &Path) -> Result<bool> {
+    for &(page_number, child) in &path.steps[..path.len] {
+        if child != node::count(store.page(page_number)?) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// Removes `key`. Returns true if it was present.
@@ -553,6 +616,54 @@ mod tests {
             1,
             "all but the root leaf merged away and freed"
         );
+    }
+
+    #[test]
+    fn hinted_inserts_match_a_btreemap_through_splits_and_removes() {
+        // Mostly rising keys (the hint's case) mixed with lower ones, replacements and
+        // removes (which drop the hint), across many splits of the rightmost path.
+        let mut store = MemStore::default();
+        let mut tree = create(&mut store).expect("create");
+        let mut hint = None;
+        let mut model = BTreeMap::new();
+        let (mut hinted, mut next) = (0u32, 0u64);
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for step in 0..40_000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let k = match x % 10 {
+                0 => key(x % (next + 1)), // somewhere below
+                _ => {
+                    next += 1 + x % 3;
+                    key(next)
+                }
+            };
+            if x % 50 == 1 {
+                hint = None;
+                assert_eq!(
+                    remove(&mut store, &mut tree, &k).expect("remove"),
+                    model.remove(&k).is_some()
+                );
+                continue;
+            }
+            let v = vec![step as u8; (x % 200) as usize];
+            let had_hint = hint.is_some();
+            let replaced = insert_hinted(&mut store, &mut tree, &k, &v, &mut hint).expect("insert");
+            hinted += u32::from(had_hint);
+            assert_eq!(replaced, model.insert(k, v).is_some());
+        }
+        assert!(hinted > 20_000, "the hint served most inserts ({hinted})");
+        assert_eq!(tree.entry_count, model.len() as u64);
+        use crate::btree::Range;
+        use std::ops::Bound;
+        let mut range =
+            Range::new(&store, tree.root_page, Bound::Unbounded, Bound::Unbounded).expect("range");
+        for (k, v) in &model {
+            let (rk, rv) = range.next().expect("entry").expect("read");
+            assert_eq!((rk, rv), (k.as_slice(), v.as_slice()));
+        }
+        assert!(range.next().is_none());
     }
 
     fn as_ref(b: &std::ops::Bound<Vec<u8>>) -> std::ops::Bound<&[u8]> {

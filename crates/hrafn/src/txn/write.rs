@@ -68,6 +68,8 @@ pub(crate) struct OpenTree {
     name: Box<str>,
     header: TreeHeader,
     changed: bool,
+    /// Where sequential inserts can go without a descent; dropped by any other change.
+    append_hint: Option<tree_write::AppendHint>,
 }
 
 /// The write transaction. Only one exists at a time; [`crate::Environment::begin_write`]
@@ -200,6 +202,7 @@ impl<'env> WriteTxn<'env> {
                     name: name.into(),
                     header,
                     changed: true,
+                    append_hint: None,
                 });
                 return Ok(Some(self.trees.len() - 1));
             }
@@ -209,6 +212,7 @@ impl<'env> WriteTxn<'env> {
             name: name.into(),
             header,
             changed: false,
+            append_hint: None,
         });
         Ok(Some(self.trees.len() - 1))
     }
@@ -462,7 +466,9 @@ impl TreeMut<'_, '_> {
             });
         }
         let mut header = self.header();
-        let replaced = tree_write::insert(self.txn, &mut header, key, value)?;
+        let mut hint = self.txn.trees[self.index].append_hint.take();
+        let replaced = tree_write::insert_hinted(self.txn, &mut header, key, value, &mut hint)?;
+        self.txn.trees[self.index].append_hint = hint;
         self.set_header(header);
         Ok(replaced)
     }
@@ -476,6 +482,7 @@ impl TreeMut<'_, '_> {
         if key.len() > KEY_SIZE_MAX_BYTES {
             return Ok(false);
         }
+        self.txn.trees[self.index].append_hint = None;
         let mut header = self.header();
         let removed = tree_write::remove(self.txn, &mut header, key)?;
         self.set_header(header);
