@@ -4,6 +4,9 @@
 //! right node, so sequential inserts leave full pages behind (LMDB does the same); other
 //! splits balance bytes. A node below a quarter full merges with a sibling when both fit
 //! in one page; a branch root left with no separator is replaced by its only child.
+//!
+//! Sequential inserts skip the descent: an insert that lands at the end of the rightmost
+//! leaf leaves an [`AppendHint`], and the next larger key goes straight to that leaf.
 
 use super::node::{self, ValueRef};
 use super::{DEPTH_MAX, PageStore, TreeHeader, fits_inline};
