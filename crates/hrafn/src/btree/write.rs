@@ -113,11 +113,13 @@ pub fn insert_hinted<S: PageStore>(
     hint: &mut Option<AppendHint>,
 ) -> Result<bool> {
     debug_assert!(key.len() <= crate::limits::KEY_SIZE_MAX_BYTES);
-    let (leaf, mut path, found) = match hint.take() {
-        Some(h) if appends_to(store.page(h.leaf)?, key, h.leaf)? => {
-            (h.leaf, h.path, Err(node::count(store.page(h.leaf)?)))
-        }
-        _ => {
+    let at_end = match hint.take() {
+        Some(h) => appends_at(store.page(h.leaf)?, key, h.leaf)?.map(|i| (h, i)),
+        None => None,
+    };
+    let (leaf, mut path, found) = match at_end {
+        Some((h, index)) => (h.leaf, h.path, Err(index)),
+        None => {
             let mut path = Path::new();
             let leaf = descend(store, tree.root_page, key, &mut path)?;
             let found = node::search(store.page(leaf)?, key, true, leaf)?;
@@ -162,10 +164,10 @@ pub fn insert_hinted<S: PageStore>(
     Ok(found.is_ok())
 }
 
-/// Whether `key` sorts after every key of leaf `page` (so it goes at its end).
-fn appends_to(page: &[u8], key: &[u8], page_number: u64) -> Result<bool> {
+/// The end of leaf `page`, if `key` sorts after every key in it.
+fn appends_at(page: &[u8], key: &[u8], page_number: u64) -> Result<Option<usize>> {
     let n = node::count(page);
-    Ok(n > 0 && key > node::key(page, n - 1, true, page_number)?)
+    Ok((n > 0 && key > node::key(page, n - 1, true, page_number)?).then_some(n))
 }
 
 /// Whether `path` took the last child at every branch.
