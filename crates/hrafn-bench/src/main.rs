@@ -287,7 +287,12 @@ fn keep_better(results: &mut Vec<BenchResult>, r: BenchResult) {
                 *old = r;
             }
             if old.ok() {
-                let pass = format!("better of 2 passes: {} and {} writes/s", fmt0(a), fmt0(b));
+                let pass = format!(
+                    "better of 2 passes: {} and {} {}/s",
+                    fmt0(a),
+                    fmt0(b),
+                    old.unit
+                );
                 old.note = Some(match old.note.take() {
                     Some(n) => format!("{n}; {pass}"),
                     None => pass,

@@ -22,6 +22,9 @@ pub enum Limit {
     PerCommit,
     /// One large commit: reported next to the synced 16 KiB append bandwidth.
     Bandwidth,
+    /// Many threads each waiting for their own commit: reported next to the same closed
+    /// loop run with no engine (`journal_raw_group_4k`).
+    Group,
 }
 
 /// One row of the output: a workload run against each engine (or the disk alone).
@@ -122,7 +125,7 @@ pub const SPECS: &[Spec] = &[
             "concurrent_writers",
             "16 threads x 1k single-key commits",
         ),
-        Limit::PerCommit,
+        Limit::Group,
     ),
     row(
         "range_scan_full",
@@ -153,6 +156,11 @@ pub const SPECS: &[Spec] = &[
         "journal_raw_fdatasync_16k",
         "journal_raw",
         "16 KiB buffered write + fdatasync",
+    )),
+    disk(row(
+        "journal_raw_group_4k",
+        "journal_raw",
+        "concurrent_writers' loop, no engine: one 4 KiB O_DIRECT|O_DSYNC write per group",
     )),
 ];
 
@@ -271,6 +279,7 @@ pub fn run(spec: &Spec, engine_name: &str, cfg: &Config, dir: &Path) -> Result<B
         "journal_raw_direct_16k" => journal::run(spec.name, cfg, dir, 16384, true)?,
         "journal_raw_fdatasync_4k" => journal::run(spec.name, cfg, dir, 4096, false)?,
         "journal_raw_fdatasync_16k" => journal::run(spec.name, cfg, dir, 16384, false)?,
+        "journal_raw_group_4k" => journal::group(spec.name, cfg, dir, WRITER_THREADS)?,
         other => bail!("no runner for workload {other}"),
     };
     if !spec.raw_disk {
@@ -475,6 +484,7 @@ fn commit_latency(spec: &Spec, name: &str, cfg: &Config, dir: &Path) -> Result<B
     Ok(r)
 }
 
+/// Threads of `concurrent_writers` (and of its no-engine reference, `journal_raw_group_4k`).
 const WRITER_THREADS: u64 = 16;
 
 fn concurrent_writers(spec: &Spec, name: &str, cfg: &Config, dir: &Path) -> Result<BenchResult> {
