@@ -429,14 +429,14 @@ mod tests {
         assert_eq!(cli.scale, QUICK_SCALE);
         assert_eq!(cli.workloads, ["fill_seq", "commit_latency"]);
         let (specs, jobs) = plan(&cli).expect("plan");
-        // The durable rows pull in the journal_raw rows: 2 rows x 2 engines, and 4 disk rows
+        // The durable rows pull in the journal_raw rows: 2 rows x 2 engines, and 5 disk rows
         // run before and after them.
-        assert_eq!(specs.len(), 6);
-        assert_eq!(jobs.len(), 12);
+        assert_eq!(specs.len(), 7);
+        assert_eq!(jobs.len(), 14);
         assert!(
-            jobs[..4]
+            jobs[..5]
                 .iter()
-                .chain(&jobs[8..])
+                .chain(&jobs[9..])
                 .all(|(s, e)| s.raw_disk && e == DISK)
         );
         assert!(plan(&Cli::try_parse_from(["x", "--engines", "nope"]).expect("parse")).is_err());
