@@ -295,7 +295,10 @@ pub fn text(results: &[BenchResult], specs: &[&Spec]) -> String {
                             format!("{:.1}", r.ops_per_sec * block / 1e6),
                         )
                     } else {
-                        (format!("{} {}", fmt_rate(r.ops_per_sec), r.unit), "-".into())
+                        (
+                            format!("{} {}", fmt_rate(r.ops_per_sec), r.unit),
+                            "-".into(),
+                        )
                     };
                     vec![
                         s.name.to_string(),
