@@ -42,6 +42,10 @@ pub struct Options {
     pub durability: Durability,
     /// Size of a preallocated journal file; a larger record gets a file of its own size.
     pub journal_file_size_bytes: u64,
+    /// Journal files the flusher thread keeps ready for rotation, counting retired ones,
+    /// by zero-filling spares in the background, so that a commit filling its journal does
+    /// not zero-fill and sync the next one itself (durable mode only; 0: no spares).
+    pub journal_spare_files: usize,
     /// Committed page bytes waiting in scratch that trigger a flush.
     pub flush_threshold_bytes: u64,
     /// A flush also runs when commits have been idle this long.
@@ -78,6 +82,7 @@ impl Default for Options {
         Options {
             durability: Durability::Immediate,
             journal_file_size_bytes: 4 << 20,
+            journal_spare_files: 2,
             flush_threshold_bytes: 32 << 20,
             flush_interval_ms: 100,
             sync_interval_ms: 10_000,
@@ -135,6 +140,10 @@ pub struct Stats {
     /// Times a merge leader waited for callers of the previous merged transaction to come
     /// back ([`Options::merge_linger_us`]).
     pub merge_lingers: u64,
+    /// Spare journal files made ahead of rotation ([`Options::journal_spare_files`]), and
+    /// journal files the committing writer had to zero-fill itself since none was ready.
+    pub journal_spares_made: u64,
+    pub journals_filled_by_writer: u64,
 }
 
 /// Counters updated as the engine runs.
@@ -454,6 +463,10 @@ impl Environment {
         let state = inner.state.load();
         let c = &inner.counters;
         let book = inner.flush_book.lock();
+        let (journal_spares_made, journals_filled_by_writer) = {
+            let index = inner.journal_index.lock();
+            (index.spares_made, index.filled_by_writer)
+        };
         Stats {
             txn_id: state.txn_id,
             synced_txn_id: book.header.synced_txn_id,
@@ -475,6 +488,8 @@ impl Environment {
             merge_queue_peak: inner.merger.queue_peak.load(Ordering::Relaxed),
             pipelined_commits: c.pipelined_commits.load(Ordering::Relaxed),
             merge_lingers: c.merge_lingers.load(Ordering::Relaxed),
+            journal_spares_made,
+            journals_filled_by_writer,
         }
     }
 }
@@ -490,6 +505,11 @@ impl Drop for Environment {
         }
         if let Err(error) = crate::flush::trim_data_file(&self.inner) {
             tracing::warn!(%error, "could not trim the data file on close");
+        }
+        if let Err(error) =
+            crate::journal::spare::remove_ready(&*self.inner.storage, &self.inner.journal_index)
+        {
+            tracing::warn!(%error, "could not remove spare journals on close");
         }
     }
 }
@@ -570,6 +590,7 @@ fn retire_old_journals(
     let names = storage
         .list("journal")
         .map_err(|e| Error::io("listing journals", e))?;
+    crate::journal::spare::remove_leftovers(storage, &names)?;
     let mut numbers: Vec<u64> = names
         .iter()
         .filter_map(|n| crate::journal::writer::parse_journal_file_name(n))

@@ -12,7 +12,7 @@
 use crate::env::{Durability, EnvInner, Options};
 use crate::error::{Error, Result};
 use crate::header::{self, Header};
-use crate::journal::{JournalIndex, journal_file_name};
+use crate::journal::{JournalIndex, journal_file_name, spare};
 use crate::limits::PAGE_SIZE_BYTES;
 use crate::storage::{Storage, StorageEvent, write_all_at};
 use crate::txn::state::{DataView, State};
@@ -50,34 +50,54 @@ impl FlushBook {
     }
 }
 
+/// What the flusher thread has been asked to do.
+#[derive(Default)]
+struct Signal {
+    kicked: bool,
+    shutdown: bool,
+    spare_wanted: bool,
+}
+
 /// Wake-ups for the flusher thread.
 #[derive(Default)]
 pub(crate) struct Flusher {
-    signal: Mutex<(bool, bool)>, // (kicked, shutdown)
+    signal: Mutex<Signal>,
     condvar: Condvar,
 }
 
 impl Flusher {
     /// Asks for a flush pass now.
     pub fn kick(&self) {
-        self.signal.lock().0 = true;
+        self.signal.lock().kicked = true;
+        self.condvar.notify_one();
+    }
+
+    /// Asks for the pool of ready journal files to be topped up (a rotation took one),
+    /// without a flush pass.
+    pub fn want_spare(&self) {
+        self.signal.lock().spare_wanted = true;
         self.condvar.notify_one();
     }
 
     /// Asks the thread to flush everything and stop.
     pub fn shutdown(&self) {
-        self.signal.lock().1 = true;
+        self.signal.lock().shutdown = true;
         self.condvar.notify_one();
     }
 
-    /// Waits for a kick, shutdown or the timeout; returns (stop, kicked).
-    fn wait(&self, timeout: Duration) -> (bool, bool) {
+    /// Waits for a request or the timeout; returns (stop, kicked, woken only for a spare).
+    fn wait(&self, timeout: Duration) -> (bool, bool, bool) {
         let mut signal = self.signal.lock();
-        if !signal.0 && !signal.1 {
+        if !signal.kicked && !signal.shutdown && !signal.spare_wanted {
             self.condvar.wait_for(&mut signal, timeout);
         }
-        let kicked = std::mem::take(&mut signal.0);
-        (signal.1, kicked)
+        let spare = std::mem::take(&mut signal.spare_wanted);
+        let kicked = std::mem::take(&mut signal.kicked);
+        (
+            signal.shutdown,
+            kicked,
+            spare && !kicked && !signal.shutdown,
+        )
     }
 }
 
@@ -118,7 +138,13 @@ pub(crate) fn spawn(inner: Arc<EnvInner>) -> Result<std::thread::JoinHandle<()>>
             let interval = Duration::from_millis(inner.options.flush_interval_ms.max(1));
             let mut commits_seen = inner.counters.commits.load(Ordering::Relaxed);
             loop {
-                let (stop, kicked) = inner.flusher.wait(interval);
+                let (stop, kicked, spare_only) = inner.flusher.wait(interval);
+                if !stop && inner.check_poison().is_ok() {
+                    top_up_spares(&inner);
+                }
+                if spare_only {
+                    continue;
+                }
                 // Flush when asked (scratch past the threshold, a writer waiting for room)
                 // or when commits have gone quiet for an interval; while commits stream in
                 // below the threshold, pages wait in scratch so the data file is written in
@@ -139,6 +165,24 @@ pub(crate) fn spawn(inner: Arc<EnvInner>) -> Result<std::thread::JoinHandle<()>>
             }
         })
         .map_err(|e| Error::io("starting the flusher thread", e))
+}
+
+/// Keeps journal files ready for rotation (see [`crate::journal::spare`]). Only for a
+/// durable journal, whose writes are cheaper into zero-filled blocks; failing is harmless
+/// (the writer then prepares its next file itself), so it is only logged.
+fn top_up_spares(inner: &EnvInner) {
+    let options = &inner.options;
+    if options.durability != Durability::Immediate || options.journal_spare_files == 0 {
+        return;
+    }
+    if let Err(error) = spare::top_up(
+        &*inner.storage,
+        options.journal_file_size_bytes,
+        options.journal_spare_files,
+        &inner.journal_index,
+    ) {
+        tracing::warn!(%error, "could not make a spare journal");
+    }
 }
 
 /// One flush pass; with `force_sync` it also syncs whatever it can.

@@ -87,12 +87,14 @@ fn racy(plan: &Plan) -> bool {
 }
 
 /// Workload `w` with the flusher running on its own every millisecond and syncing at once,
-/// as in production but faster: crash points are sampled, and a run's operations depend on
+/// and making spare journals, as in production but faster: crash points are sampled, and a run's operations depend on
 /// thread timing, so a seed replays only approximately.
 fn racy_workload(base: u64, w: u64) -> (Plan, u64) {
     let mut plan = Plan::generate(mix(base ^ w ^ 0x0BAC_46A0), STEPS);
     plan.options.flush_interval_ms = 1;
     plan.options.sync_interval_ms = 0;
+    // Spare journals too, made by the flusher while commits rotate through small files.
+    plan.options.journal_spare_files = 2;
     let sim = SimStorage::new(plan.seed);
     let run = execute(&plan, Arc::new(sim.clone()));
     assert!(

@@ -95,6 +95,14 @@ pub struct JournalIndex {
     /// The current journal when it is full: the writer will not append to it again, so
     /// it may be retired like any older file once a sync covers it.
     pub sealed: Option<u64>,
+    /// Zero-filled spare files ready for rotation (see [`super::spare`]), and the last id
+    /// given to one.
+    pub spares: Vec<u64>,
+    pub next_spare_id: u64,
+    /// Spares made, and journal files of the standard size the writer had to zero-fill
+    /// itself because none was ready.
+    pub spares_made: u64,
+    pub filled_by_writer: u64,
 }
 
 impl JournalIndex {
@@ -396,10 +404,11 @@ fn worth_compressing(payload: &[u8]) -> bool {
     compressed.len() < sample.len() - sample.len() / 4
 }
 
-/// Creates journal `number` sized at least `size_bytes`, reusing a retired file when one is
-/// large enough, and makes its name durable. Files of the standard size are zero-filled
-/// (a durable write into written blocks needs no extent conversion); a file made for one
-/// oversized record is only allocated, since zero-filling it would cost more than it saves.
+/// Creates journal `number` sized at least `size_bytes`, reusing a retired file or a spare
+/// when one is large enough, and makes its name durable. Files of the standard size are
+/// zero-filled (a durable write into written blocks needs no extent conversion); a file
+/// made for one oversized record is only allocated, since zero-filling it would cost more
+/// than it saves.
 fn prepare_file(
     storage: &dyn Storage,
     kind: FileKind,
@@ -410,42 +419,61 @@ fn prepare_file(
 ) -> Result<(Arc<dyn StorageFile>, u64)> {
     let name = journal_file_name(number);
     let io = |what: &str, e| Error::io(format!("{what} {name}"), e);
-    let recycled = index.lock().recyclable.pop();
-    if let Some(old) = recycled {
-        let old_name = journal_file_name(old);
+    let reused = {
+        let mut index = index.lock();
+        match index.recyclable.pop() {
+            Some(old) => Some(journal_file_name(old)),
+            None if size_bytes <= standard_size_bytes => {
+                index.spares.pop().map(super::spare::spare_file_name)
+            }
+            None => None,
+        }
+    };
+    if let Some(old_name) = reused {
         storage
             .rename(&old_name, &name)
-            .map_err(|e| io("recycling into", e))?;
+            .map_err(|e| io("reusing a file as", e))?;
     }
     let file = storage
         .open(&name, kind, true)
         .map_err(|e| io("opening", e))?;
-    let mut len = file.len().map_err(|e| io("sizing", e))?;
+    let len = file.len().map_err(|e| io("sizing", e))?;
     if len < size_bytes {
-        // Through a buffered handle (O_DIRECT would need aligned buffers).
-        let filler = storage
-            .open(&name, FileKind::Data, false)
-            .map_err(|e| io("opening", e))?;
-        if size_bytes > standard_size_bytes {
-            filler
-                .allocate(size_bytes)
-                .map_err(|e| io("allocating", e))?;
-        } else {
-            let zeros = vec![0u8; 1 << 20];
-            let mut offset = len;
-            while offset < size_bytes {
-                let n = (size_bytes - offset).min(zeros.len() as u64) as usize;
-                write_all_at(&*filler, &zeros[..n], offset).map_err(|e| io("zero-filling", e))?;
-                offset += n as u64;
-            }
+        let standard = size_bytes <= standard_size_bytes;
+        extend_file(storage, &name, len, size_bytes, standard).map_err(|e| io("preparing", e))?;
+        if standard {
+            index.lock().filled_by_writer += 1;
         }
-        filler.sync_data().map_err(|e| io("syncing", e))?;
-        len = size_bytes;
     }
     storage
         .sync_dir("journal")
         .map_err(|e| io("syncing the directory of", e))?;
-    Ok((file, len))
+    Ok((file, len.max(size_bytes)))
+}
+
+/// Grows file `name` (created if missing) from `len_bytes` to `size_bytes`, by writing
+/// zeros or by allocating only, and syncs it: the length and the zeros are durable.
+pub(crate) fn extend_file(
+    storage: &dyn Storage,
+    name: &str,
+    len_bytes: u64,
+    size_bytes: u64,
+    zero_fill: bool,
+) -> std::io::Result<()> {
+    // Through a buffered handle (O_DIRECT would need aligned buffers).
+    let filler = storage.open(name, FileKind::Data, true)?;
+    if zero_fill {
+        let zeros = vec![0u8; 1 << 20];
+        let mut offset = len_bytes;
+        while offset < size_bytes {
+            let n = (size_bytes - offset).min(zeros.len() as u64) as usize;
+            write_all_at(&*filler, &zeros[..n], offset)?;
+            offset += n as u64;
+        }
+    } else {
+        filler.allocate(size_bytes)?;
+    }
+    filler.sync_data()
 }
 
 #[cfg(test)]

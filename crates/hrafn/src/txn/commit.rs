@@ -94,6 +94,9 @@ impl Prepared<'_> {
             *env.journal_file.lock() = journal.current_file();
             env.current_journal
                 .store(journal.journal_number(), Ordering::SeqCst);
+            if env.options.journal_spare_files > 0 {
+                env.flusher.want_spare();
+            }
         }
         let c = &env.counters;
         c.commits.fetch_add(1, Ordering::Relaxed);
