@@ -141,8 +141,13 @@ pub struct Stats {
     /// back ([`Options::merge_linger_us`]).
     pub merge_lingers: u64,
     /// Spare journal files made ahead of rotation ([`Options::journal_spare_files`]), and
-    /// journal files the committing writer had to zero-fill itself since none was ready.
+    /// those the writer moved into.
     pub journal_spares_made: u64,
+    pub journal_spares_used: u64,
+    /// Journal files ready for the next rotation now: spares and retired journals.
+    pub journal_files_ready: u64,
+    /// Journal files the writer had to zero-fill itself because none was ready (the first
+    /// one at open included).
     pub journals_filled_by_writer: u64,
 }
 
@@ -463,10 +468,12 @@ impl Environment {
         let state = inner.state.load();
         let c = &inner.counters;
         let book = inner.flush_book.lock();
-        let (journal_spares_made, journals_filled_by_writer) = {
+        let (journal_spares_made, journal_spares_used, journal_files_ready) = {
             let index = inner.journal_index.lock();
-            (index.spares_made, index.filled_by_writer)
+            let ready = index.spares.len() + index.recyclable.len();
+            (index.spares_made, index.spares_used, ready as u64)
         };
+        let journals_filled_by_writer = inner.journal_index.lock().filled_by_writer;
         Stats {
             txn_id: state.txn_id,
             synced_txn_id: book.header.synced_txn_id,
@@ -489,6 +496,8 @@ impl Environment {
             pipelined_commits: c.pipelined_commits.load(Ordering::Relaxed),
             merge_lingers: c.merge_lingers.load(Ordering::Relaxed),
             journal_spares_made,
+            journal_spares_used,
+            journal_files_ready,
             journals_filled_by_writer,
         }
     }

@@ -105,7 +105,7 @@ impl Flusher {
 /// allocated size. Shared by the flusher and by transactions that take pages from the end
 /// of the file, so both follow one growth policy: a quarter of the file (at least 1 MiB, at
 /// most 1 GiB) keeps growth rare without doubling the file; on a nearly full disk, only what
-/// is needed. `fallocate`, never `ftruncate`: a hole under the mapping would turn ENOSPC into
+/// is needed, after the spare journals are removed. `fallocate`, never `ftruncate`: a hole under the mapping would turn ENOSPC into
 /// SIGBUS. The size is tracked in memory, so the common case costs no system call.
 pub(crate) fn grow_data_file(inner: &EnvInner, needed_bytes: u64) -> Result<u64> {
     let current = inner.data_allocated_bytes.load(Ordering::Acquire);
@@ -115,8 +115,13 @@ pub(crate) fn grow_data_file(inner: &EnvInner, needed_bytes: u64) -> Result<u64>
     let step = (current / 4).clamp(1 << 20, GROWTH_STEP_MAX_BYTES);
     let mut target = needed_bytes.max(current + step).next_multiple_of(1 << 20);
     if let Err(e) = inner.data_file.allocate(target) {
-        if e.raw_os_error() != Some(libc::ENOSPC) || target == needed_bytes {
+        if e.raw_os_error() != Some(libc::ENOSPC) {
             return Err(Error::io("growing the data file", e));
+        }
+        // Data comes before spare journals: give their space back, then ask for only what
+        // is needed.
+        if let Err(error) = spare::remove_ready(&*inner.storage, &inner.journal_index) {
+            tracing::warn!(%error, "could not remove spare journals on a full disk");
         }
         target = needed_bytes;
         inner
@@ -137,12 +142,11 @@ pub(crate) fn spawn(inner: Arc<EnvInner>) -> Result<std::thread::JoinHandle<()>>
         .spawn(move || {
             let interval = Duration::from_millis(inner.options.flush_interval_ms.max(1));
             let mut commits_seen = inner.counters.commits.load(Ordering::Relaxed);
+            let mut spares = SpareMaker::default();
             loop {
                 let (stop, kicked, spare_only) = inner.flusher.wait(interval);
-                if !stop && inner.check_poison().is_ok() {
-                    top_up_spares(&inner);
-                }
                 if spare_only {
+                    spares.top_up(&inner);
                     continue;
                 }
                 // Flush when asked (scratch past the threshold, a writer waiting for room)
@@ -162,26 +166,49 @@ pub(crate) fn spawn(inner: Arc<EnvInner>) -> Result<std::thread::JoinHandle<()>>
                 if stop {
                     return;
                 }
+                // After the flush: a writer waiting for scratch room must not also wait
+                // for spares to be zero-filled.
+                spares.top_up(&inner);
             }
         })
         .map_err(|e| Error::io("starting the flusher thread", e))
 }
 
-/// Keeps journal files ready for rotation (see [`crate::journal::spare`]). Only for a
-/// durable journal, whose writes are cheaper into zero-filled blocks; failing is harmless
-/// (the writer then prepares its next file itself), so it is only logged.
-fn top_up_spares(inner: &EnvInner) {
-    let options = &inner.options;
-    if options.durability != Durability::Immediate || options.journal_spare_files == 0 {
-        return;
-    }
-    if let Err(error) = spare::top_up(
-        &*inner.storage,
-        options.journal_file_size_bytes,
-        options.journal_spare_files,
-        &inner.journal_index,
-    ) {
-        tracing::warn!(%error, "could not make a spare journal");
+/// How long the flusher waits after a failure to make a spare before trying again: on a
+/// full disk, retrying at every wake would keep taking space a rotation may need.
+const SPARE_RETRY_DELAY: Duration = Duration::from_secs(1);
+
+/// The flusher's side of [`crate::journal::spare`].
+#[derive(Default)]
+struct SpareMaker {
+    failed_at: Option<Instant>,
+}
+
+impl SpareMaker {
+    /// Keeps journal files ready for rotation. Only for a durable journal, whose writes
+    /// are cheaper into zero-filled blocks. Failing is harmless (the writer then prepares
+    /// its next file itself), so it is logged and retried later, not raised.
+    fn top_up(&mut self, inner: &EnvInner) {
+        let options = &inner.options;
+        if options.durability != Durability::Immediate
+            || options.journal_spare_files == 0
+            || inner.check_poison().is_err()
+            || self
+                .failed_at
+                .is_some_and(|at| at.elapsed() < SPARE_RETRY_DELAY)
+        {
+            return;
+        }
+        self.failed_at = None;
+        if let Err(error) = spare::top_up(
+            &*inner.storage,
+            options.journal_file_size_bytes,
+            options.journal_spare_files,
+            &inner.journal_index,
+        ) {
+            tracing::warn!(%error, "could not make a spare journal");
+            self.failed_at = Some(Instant::now());
+        }
     }
 }
 

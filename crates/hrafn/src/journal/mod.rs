@@ -6,7 +6,7 @@
 pub mod diff;
 pub mod record;
 pub mod recovery;
-pub mod spare;
+pub(crate) mod spare;
 pub mod writer;
 
 pub use writer::{JournalIndex, JournalWriter, RecordEnd, journal_file_name};

@@ -29,7 +29,9 @@ fn parse_spare_file_name(name: &str) -> Option<u64> {
     (stem.len() == 19).then(|| stem.parse().ok()).flatten()
 }
 
-/// Makes spares of `size_bytes` until the pool holds `pool_files` files. A failure
+/// Makes spares of `size_bytes` until the pool holds `pool_files` files, at most
+/// `pool_files` per call (the writer may take them as fast as they are made; the flusher
+/// has flushing to do too). A failure
 /// (a full disk, say) leaves no partial spare behind and costs the writer nothing but the
 /// zero-filling it would have done anyway.
 ///
@@ -41,7 +43,7 @@ pub fn top_up(
     pool_files: usize,
     index: &Mutex<JournalIndex>,
 ) -> Result<()> {
-    loop {
+    for _ in 0..pool_files {
         let id = {
             let mut index = index.lock();
             if index.recyclable.len() + index.spares.len() >= pool_files {
@@ -60,6 +62,7 @@ pub fn top_up(
         index.spares.push(id);
         index.spares_made += 1;
     }
+    Ok(())
 }
 
 /// Removes the ready spares (on a clean close).

@@ -99,9 +99,11 @@ pub struct JournalIndex {
     /// given to one.
     pub spares: Vec<u64>,
     pub next_spare_id: u64,
-    /// Spares made, and journal files of the standard size the writer had to zero-fill
-    /// itself because none was ready.
+    /// Spares made, spares the writer moved into, and journal files of the standard size
+    /// the writer had to zero-fill itself because no file was ready (the first at open
+    /// included).
     pub spares_made: u64,
+    pub spares_used: u64,
     pub filled_by_writer: u64,
 }
 
@@ -424,7 +426,9 @@ fn prepare_file(
         match index.recyclable.pop() {
             Some(old) => Some(journal_file_name(old)),
             None if size_bytes <= standard_size_bytes => {
-                index.spares.pop().map(super::spare::spare_file_name)
+                let spare = index.spares.pop();
+                index.spares_used += u64::from(spare.is_some());
+                spare.map(super::spare::spare_file_name)
             }
             None => None,
         }

@@ -94,7 +94,9 @@ impl Prepared<'_> {
             *env.journal_file.lock() = journal.current_file();
             env.current_journal
                 .store(journal.journal_number(), Ordering::SeqCst);
-            if env.options.journal_spare_files > 0 {
+            if env.options.journal_spare_files > 0
+                && env.options.durability == crate::env::Durability::Immediate
+            {
                 env.flusher.want_spare();
             }
         }

@@ -357,6 +357,8 @@ pub struct Run {
     pub steps_done: usize,
     /// Problems seen while running (a reader's view changed, a state diverged).
     pub problems: Vec<String>,
+    /// Spare journals the writer moved into, summed over the run's environments.
+    pub spares_used: u64,
 }
 
 fn is_power_loss(e: &Error) -> bool {
@@ -394,7 +396,9 @@ pub fn execute(plan: &Plan, storage: Arc<dyn Storage>) -> Run {
             }
             Err(e) => run.problems.push(format!("reading after a reopen: {e}")),
         }
-        match segment(plan, &env, &mut at, &mut run, &mut model_before) {
+        let step = segment(plan, &env, &mut at, &mut run, &mut model_before);
+        run.spares_used += env.stats().journal_spares_used;
+        match step {
             Ok(true) => {}
             Ok(false) => {
                 drop(env);
@@ -767,6 +771,8 @@ pub struct Tally {
     pub violations: u64,
     pub panics: u64,
     pub other: u64,
+    /// Spare journals the writer moved into before the crash (coverage, not a verdict).
+    pub spares_used: u64,
     pub failures: Vec<String>,
 }
 
@@ -810,6 +816,7 @@ impl Tally {
         self.violations += other.violations;
         self.panics += other.panics;
         self.other += other.other;
+        self.spares_used += other.spares_used;
         for f in other.failures {
             if self.failures.len() < 20 {
                 self.failures.push(f);
