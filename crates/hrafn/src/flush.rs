@@ -105,8 +105,9 @@ impl Flusher {
 /// allocated size. Shared by the flusher and by transactions that take pages from the end
 /// of the file, so both follow one growth policy: a quarter of the file (at least 1 MiB, at
 /// most 1 GiB) keeps growth rare without doubling the file; on a nearly full disk, only what
-/// is needed, after the spare journals are removed. `fallocate`, never `ftruncate`: a hole under the mapping would turn ENOSPC into
-/// SIGBUS. The size is tracked in memory, so the common case costs no system call.
+/// is needed, after the spare journals are removed. `fallocate`, never `ftruncate`: a hole
+/// under the mapping would turn ENOSPC into SIGBUS. The size is tracked in memory, so the
+/// common case costs no system call.
 pub(crate) fn grow_data_file(inner: &EnvInner, needed_bytes: u64) -> Result<u64> {
     let current = inner.data_allocated_bytes.load(Ordering::Acquire);
     if needed_bytes <= current {
