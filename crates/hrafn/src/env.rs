@@ -77,6 +77,14 @@ pub struct Options {
     pub merge_linger_us: u64,
 }
 
+impl Options {
+    /// Whether the flusher makes spare journals ([`Options::journal_spare_files`]): only a
+    /// durable journal gains from zero-filled files.
+    pub(crate) fn makes_spare_journals(&self) -> bool {
+        self.journal_spare_files > 0 && self.durability == Durability::Immediate
+    }
+}
+
 impl Default for Options {
     fn default() -> Options {
         Options {
@@ -468,12 +476,11 @@ impl Environment {
         let state = inner.state.load();
         let c = &inner.counters;
         let book = inner.flush_book.lock();
-        let (journal_spares_made, journal_spares_used, journal_files_ready) = {
-            let index = inner.journal_index.lock();
-            let ready = index.spares.len() + index.recyclable.len();
-            (index.spares_made, index.spares_used, ready as u64)
-        };
-        let journals_filled_by_writer = inner.journal_index.lock().filled_by_writer;
+        let index = inner.journal_index.lock();
+        let (journal_spares_made, journal_spares_used, journals_filled_by_writer) =
+            (index.spares_made, index.spares_used, index.filled_by_writer);
+        let journal_files_ready = (index.spares.len() + index.recyclable.len()) as u64;
+        drop(index);
         Stats {
             txn_id: state.txn_id,
             synced_txn_id: book.header.synced_txn_id,

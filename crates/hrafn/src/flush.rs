@@ -186,13 +186,11 @@ struct SpareMaker {
 }
 
 impl SpareMaker {
-    /// Keeps journal files ready for rotation. Only for a durable journal, whose writes
-    /// are cheaper into zero-filled blocks. Failing is harmless (the writer then prepares
-    /// its next file itself), so it is logged and retried later, not raised.
+    /// Keeps journal files ready for rotation. Failing is harmless (the writer then
+    /// prepares its next file itself), so it is logged and retried later, not raised.
     fn top_up(&mut self, inner: &EnvInner) {
         let options = &inner.options;
-        if options.durability != Durability::Immediate
-            || options.journal_spare_files == 0
+        if !options.makes_spare_journals()
             || inner.check_poison().is_err()
             || self
                 .failed_at

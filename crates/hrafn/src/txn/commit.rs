@@ -94,9 +94,7 @@ impl Prepared<'_> {
             *env.journal_file.lock() = journal.current_file();
             env.current_journal
                 .store(journal.journal_number(), Ordering::SeqCst);
-            if env.options.journal_spare_files > 0
-                && env.options.durability == crate::env::Durability::Immediate
-            {
+            if env.options.makes_spare_journals() {
                 env.flusher.want_spare();
             }
         }
