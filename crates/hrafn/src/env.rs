@@ -157,6 +157,20 @@ pub struct Stats {
     /// Journal files the writer had to zero-fill itself because none was ready (the first
     /// one at open included).
     pub journals_filled_by_writer: u64,
+    /// Journal files holding records newer than the last sync: what a reopen would replay.
+    /// The flusher syncs once more than 8 wait, so in steady state journal files on disk
+    /// number at most this plus the ready ones (see `docs/design.md`, "Steady state").
+    pub journal_files_waiting: u64,
+    /// The oldest open read transaction: how long it has been open and the state it reads.
+    pub oldest_reader_age_ms: Option<u64>,
+    pub oldest_reader_txn_id: Option<u64>,
+    /// Scratch bytes the current state does not reference: older page versions kept only
+    /// for open readers (and the write transaction's own copies).
+    pub scratch_pinned_bytes: u64,
+    /// Journal records replayed when this environment was opened, and how long the open
+    /// took, recovery included.
+    pub recovered_records: u64,
+    pub open_ms: u64,
 }
 
 /// Counters updated as the engine runs.
@@ -174,6 +188,8 @@ pub(crate) struct Counters {
     pub merged_requests: AtomicU64,
     pub pipelined_commits: AtomicU64,
     pub merge_lingers: AtomicU64,
+    pub recovered_records: AtomicU64,
+    pub open_ms: AtomicU64,
 }
 
 /// Everything an environment owns; shared with the flusher thread.
@@ -258,6 +274,7 @@ impl Environment {
     /// # Errors
     /// As [`Environment::open`].
     pub fn open_with_storage(storage: Arc<dyn Storage>, options: Options) -> Result<Environment> {
+        let opening = std::time::Instant::now();
         if options.readers_max == 0
             || options.journal_file_size_bytes < 64 * 1024
             || options.merge_queue_max_requests == 0
@@ -404,6 +421,14 @@ impl Environment {
             options,
             _lock: lock,
         });
+        inner
+            .counters
+            .recovered_records
+            .store(replayed.record_count, Ordering::Relaxed);
+        inner
+            .counters
+            .open_ms
+            .store(opening.elapsed().as_millis() as u64, Ordering::Relaxed);
         let flusher_thread = crate::flush::spawn(Arc::clone(&inner))?;
         Ok(Environment {
             inner,
@@ -419,10 +444,11 @@ impl Environment {
         ReadTxn::begin(&self.inner)
     }
 
-    /// Starts the write transaction, waiting for the previous one to end.
+    /// Starts the write transaction, waiting for the previous one to end. Open readers
+    /// never block it (it takes no reader slot).
     ///
     /// # Errors
-    /// [`Error::Poisoned`] after a failed write or sync; [`Error::ReadersFull`].
+    /// [`Error::Poisoned`] after a failed write or sync; corruption of the meta page.
     pub fn begin_write(&self) -> Result<WriteTxn<'_>> {
         WriteTxn::begin(&self.inner)
     }
@@ -480,11 +506,15 @@ impl Environment {
         let (journal_spares_made, journal_spares_used, journals_filled_by_writer) =
             (index.spares_made, index.spares_used, index.filled_by_writer);
         let journal_files_ready = (index.spares.len() + index.recyclable.len()) as u64;
+        let journal_files_waiting = index.active.len() as u64;
         drop(index);
+        let oldest = inner.readers.oldest_reader();
+        let scratch_used_bytes = inner.usage.used_bytes();
+        let current_bytes = state.ptt.len() as u64 * PAGE_SIZE_BYTES as u64;
         Stats {
             txn_id: state.txn_id,
             synced_txn_id: book.header.synced_txn_id,
-            scratch_used_bytes: inner.usage.used_bytes(),
+            scratch_used_bytes,
             scratch_peak_bytes: inner.usage.peak_bytes(),
             ptt_page_count: state.ptt.len() as u64,
             readers_active: inner.readers.active_count(),
@@ -506,6 +536,12 @@ impl Environment {
             journal_spares_used,
             journal_files_ready,
             journals_filled_by_writer,
+            journal_files_waiting,
+            oldest_reader_age_ms: oldest.map(|r| r.age_ms),
+            oldest_reader_txn_id: oldest.map(|r| r.txn_id),
+            scratch_pinned_bytes: scratch_used_bytes.saturating_sub(current_bytes),
+            recovered_records: c.recovered_records.load(Ordering::Relaxed),
+            open_ms: c.open_ms.load(Ordering::Relaxed),
         }
     }
 }

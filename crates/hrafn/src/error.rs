@@ -73,9 +73,30 @@ pub enum Error {
         limit_bytes: usize,
     },
     /// The scratch area (page copies of recent transactions) is at its configured limit.
-    /// It drains as the flusher writes pages to the data file and old readers end.
-    #[error("scratch is full: {used_bytes} of {limit_bytes} bytes in use")]
-    ScratchFull { used_bytes: u64, limit_bytes: u64 },
+    /// It drains as the flusher writes pages to the data file and old readers end; the
+    /// oldest reader's age (if any reader is open) says which reader holds it.
+    #[error(
+        "scratch is full: {used_bytes} of {limit_bytes} bytes in use{}",
+        match oldest_reader_age_ms {
+            Some(age) => format!("; the oldest read transaction has been open for {age} ms"),
+            None => String::new(),
+        }
+    )]
+    ScratchFull {
+        used_bytes: u64,
+        limit_bytes: u64,
+        oldest_reader_age_ms: Option<u64>,
+    },
+    /// One write transaction changed more pages than the whole scratch limit holds: it can
+    /// never commit, however long it waits. Split it, or raise
+    /// [`crate::Options::scratch_limit_bytes`].
+    #[error(
+        "write transaction needs {size_bytes} bytes of scratch, more than the whole limit of {scratch_limit_bytes} bytes"
+    )]
+    TransactionTooLarge {
+        size_bytes: u64,
+        scratch_limit_bytes: u64,
+    },
     /// A sync or journal write failed earlier; the environment refuses writes until reopened.
     #[error("environment is poisoned by an earlier write failure: {cause}")]
     Poisoned { cause: String },
@@ -164,9 +185,18 @@ impl Error {
             Error::ScratchFull {
                 used_bytes,
                 limit_bytes,
+                oldest_reader_age_ms,
             } => Error::ScratchFull {
                 used_bytes: *used_bytes,
                 limit_bytes: *limit_bytes,
+                oldest_reader_age_ms: *oldest_reader_age_ms,
+            },
+            Error::TransactionTooLarge {
+                size_bytes,
+                scratch_limit_bytes,
+            } => Error::TransactionTooLarge {
+                size_bytes: *size_bytes,
+                scratch_limit_bytes: *scratch_limit_bytes,
             },
             Error::Poisoned { cause } => Error::Poisoned {
                 cause: cause.clone(),

@@ -55,7 +55,16 @@ impl FlushBook {
 struct Signal {
     kicked: bool,
     shutdown: bool,
-    spare_wanted: bool,
+    rotated: bool,
+}
+
+/// What one wake of the flusher thread found.
+struct Wake {
+    stop: bool,
+    /// A flush was asked for (scratch past the threshold, a writer waiting for room).
+    kicked: bool,
+    /// The timer ran out (rather than a request waking the thread).
+    timed_out: bool,
 }
 
 /// Wake-ups for the flusher thread.
@@ -72,10 +81,10 @@ impl Flusher {
         self.condvar.notify_one();
     }
 
-    /// Asks for the pool of ready journal files to be topped up (a rotation took one),
-    /// without a flush pass.
-    pub fn want_spare(&self) {
-        self.signal.lock().spare_wanted = true;
+    /// Tells the flusher the writer moved to a new journal file: the pool of ready files
+    /// may need a top-up, and the journals waiting for a sync may have reached their limit.
+    pub fn journal_rotated(&self) {
+        self.signal.lock().rotated = true;
         self.condvar.notify_one();
     }
 
@@ -85,19 +94,19 @@ impl Flusher {
         self.condvar.notify_one();
     }
 
-    /// Waits for a request or the timeout; returns (stop, kicked, woken only for a spare).
-    fn wait(&self, timeout: Duration) -> (bool, bool, bool) {
+    /// Waits for a request or the timeout.
+    fn wait(&self, timeout: Duration) -> Wake {
         let mut signal = self.signal.lock();
-        if !signal.kicked && !signal.shutdown && !signal.spare_wanted {
-            self.condvar.wait_for(&mut signal, timeout);
+        let mut timed_out = false;
+        if !signal.kicked && !signal.shutdown && !signal.rotated {
+            timed_out = self.condvar.wait_for(&mut signal, timeout).timed_out();
         }
-        let spare = std::mem::take(&mut signal.spare_wanted);
-        let kicked = std::mem::take(&mut signal.kicked);
-        (
-            signal.shutdown,
-            kicked,
-            spare && !kicked && !signal.shutdown,
-        )
+        signal.rotated = false;
+        Wake {
+            stop: signal.shutdown,
+            kicked: std::mem::take(&mut signal.kicked),
+            timed_out,
+        }
     }
 }
 
@@ -145,26 +154,24 @@ pub(crate) fn spawn(inner: Arc<EnvInner>) -> Result<std::thread::JoinHandle<()>>
             let mut commits_seen = inner.counters.commits.load(Ordering::Relaxed);
             let mut spares = SpareMaker::default();
             loop {
-                let (stop, kicked, spare_only) = inner.flusher.wait(interval);
-                if spare_only {
-                    spares.top_up(&inner);
-                    continue;
-                }
-                // Flush when asked (scratch past the threshold, a writer waiting for room)
-                // or when commits have gone quiet for an interval; while commits stream in
-                // below the threshold, pages wait in scratch so the data file is written in
-                // larger batches and its syncs do not compete with journal writes.
+                let wake = inner.flusher.wait(interval);
                 let commits = inner.counters.commits.load(Ordering::Relaxed);
-                let busy = std::mem::replace(&mut commits_seen, commits) != commits;
-                if !stop && !kicked && busy {
-                    continue;
-                }
-                if inner.check_poison().is_ok()
-                    && let Err(error) = flush(&inner, stop)
+                let idle = std::mem::replace(&mut commits_seen, commits) == commits;
+                let plan = if wake.stop {
+                    Plan {
+                        flush: true,
+                        sync: true,
+                    }
+                } else {
+                    Plan::decide(&inner, &wake, idle)
+                };
+                if plan.flush
+                    && inner.check_poison().is_ok()
+                    && let Err(error) = flush(&inner, plan.sync)
                 {
                     tracing::warn!(%error, "flush failed");
                 }
-                if stop {
+                if wake.stop {
                     return;
                 }
                 // After the flush: a writer waiting for scratch room must not also wait
@@ -173,6 +180,47 @@ pub(crate) fn spawn(inner: Arc<EnvInner>) -> Result<std::thread::JoinHandle<()>>
             }
         })
         .map_err(|e| Error::io("starting the flusher thread", e))
+}
+
+/// What a wake of the flusher does. The schedule holds however busy the writer is: a
+/// stream of small commits delays neither the flush of what waits in scratch past the
+/// threshold, nor the sync that `sync_interval_ms` promises, nor the one that journals
+/// waiting past [`JOURNALS_PENDING_MAX`] call for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Plan {
+    flush: bool,
+    sync: bool,
+}
+
+impl Plan {
+    /// The timer's rules run on every tick of `flush_interval_ms`; a request (a kick, a
+    /// journal rotation) is answered by the rules it concerns, so that the flusher does
+    /// nothing between ticks that nobody asked for.
+    fn decide(inner: &EnvInner, wake: &Wake, idle: bool) -> Plan {
+        let journals_waiting = inner.journal_index.lock().active.len() > JOURNALS_PENDING_MAX;
+        if !wake.timed_out {
+            return Plan {
+                flush: wake.kicked || journals_waiting,
+                sync: journals_waiting,
+            };
+        }
+        let (since_sync, bytes_since_sync) = {
+            let book = inner.flush_book.lock();
+            (book.last_sync.elapsed(), book.bytes_since_sync)
+        };
+        let sync = journals_waiting
+            || since_sync >= Duration::from_millis(inner.options.sync_interval_ms)
+            || bytes_since_sync >= inner.options.sync_threshold_bytes;
+        let waiting_bytes = inner.state.load().ptt.len() as u64 * PAGE_SIZE_BYTES as u64;
+        // While commits stream in below the threshold, pages wait in scratch so the data
+        // file is written in larger batches; once commits go quiet for an interval, they
+        // are flushed.
+        let flush = sync
+            || wake.kicked
+            || waiting_bytes >= inner.options.flush_threshold_bytes
+            || (idle && waiting_bytes > 0);
+        Plan { flush, sync }
+    }
 }
 
 /// How long the flusher waits after a failure to make a spare before trying again: on a
@@ -211,8 +259,9 @@ impl SpareMaker {
     }
 }
 
-/// One flush pass; with `force_sync` it also syncs whatever it can.
-pub(crate) fn flush(inner: &EnvInner, force_sync: bool) -> Result<()> {
+/// One flush pass: writes every page version no reader still needs from the data file;
+/// with `then_sync` it also syncs whatever it can.
+pub(crate) fn flush(inner: &EnvInner, then_sync: bool) -> Result<()> {
     inner.check_poison()?;
     let mut book = inner.flush_book.lock();
     let state = inner.state.load_full();
@@ -226,11 +275,7 @@ pub(crate) fn flush(inner: &EnvInner, force_sync: bool) -> Result<()> {
     if !batch.is_empty() {
         write_batch(inner, &mut book, &state, &batch)?;
     }
-    let due = force_sync
-        || book.bytes_since_sync >= inner.options.sync_threshold_bytes
-        || book.last_sync.elapsed() >= Duration::from_millis(inner.options.sync_interval_ms)
-        || inner.journal_index.lock().active.len() > JOURNALS_PENDING_MAX;
-    if due {
+    if then_sync {
         sync(inner, &mut book)?;
     }
     Ok(())
@@ -341,14 +386,22 @@ fn write_batch(
 fn sync(inner: &EnvInner, book: &mut FlushBook) -> Result<()> {
     let state = inner.state.load_full();
     let min_unflushed = state.ptt.values().map(|e| e.first_unflushed_txn_id).min();
-    let target = min_unflushed.map_or(state.txn_id, |m| state.txn_id.min(m - 1));
-    if target <= book.header.synced_txn_id {
-        return Ok(());
-    }
-    let Some(end) = inner.journal_index.lock().end_of(target) else {
-        debug_assert!(false, "record {target} not indexed");
+    let wanted = min_unflushed.map_or(state.txn_id, |m| state.txn_id.min(m - 1));
+    let point = inner
+        .journal_index
+        .lock()
+        .sync_point_at_or_before(wanted)
+        .filter(|end| end.txn_id > book.header.synced_txn_id);
+    let Some(end) = point else {
+        // Nothing new can be declared synced. With nothing committed since the last sync,
+        // the schedule starts over; while a reader pins older versions it stays due, so
+        // the sync follows within one interval of the reader's end.
+        if state.txn_id == book.header.synced_txn_id {
+            book.last_sync = Instant::now();
+        }
         return Ok(());
     };
+    let target = end.txn_id;
     let fail = |error: Error| {
         inner.poison_with(&error);
         error

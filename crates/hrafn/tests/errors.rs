@@ -4,6 +4,7 @@ mod common;
 
 use hrafn::limits::{KEY_SIZE_MAX_BYTES, PAGE_SIZE_BYTES};
 use hrafn::{Environment, Error, Options};
+use std::time::{Duration, Instant};
 
 #[test]
 fn key_too_large() {
@@ -25,37 +26,113 @@ fn key_too_large() {
     );
 }
 
+/// Inserts 500-byte values under `prefix` until `count` or an error.
+fn fill(wtx: &mut hrafn::WriteTxn<'_>, prefix: u8, count: u32) -> hrafn::Result<()> {
+    let mut t = wtx.open_tree("t")?;
+    for i in 0..count {
+        let mut key = vec![prefix];
+        key.extend_from_slice(&i.to_be_bytes());
+        t.insert(key, [7u8; 500])?;
+    }
+    Ok(())
+}
+
 #[test]
-fn scratch_full_is_reported_and_recoverable() {
+fn a_transaction_larger_than_scratch_fails_at_once() {
     let dir = tempfile::tempdir().expect("tempdir");
     let options = Options {
         scratch_limit_bytes: 64 * PAGE_SIZE_BYTES as u64,
-        scratch_wait_ms: 20,
+        scratch_wait_ms: 5_000,
         ..common::small_options()
     };
     let env = Environment::open(dir.path(), options).expect("open");
     let mut wtx = env.begin_write().expect("write");
-    let mut failed = None;
-    {
-        let mut t = wtx.open_tree("t").expect("tree");
-        for i in 0..100_000u32 {
-            if let Err(e) = t.insert(i.to_be_bytes(), [7u8; 500]) {
-                failed = Some(e);
-                break;
-            }
-        }
-    }
+    let started = Instant::now();
+    let failed = fill(&mut wtx, 0, 100_000).expect_err("cannot fit");
     assert!(
-        matches!(failed, Some(Error::ScratchFull { .. })),
+        matches!(failed, Error::TransactionTooLarge { size_bytes, scratch_limit_bytes }
+            if size_bytes > scratch_limit_bytes),
         "{failed:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "waited {:?} for room that can never come",
+        started.elapsed()
     );
     drop(wtx); // abort frees the scratch
     let mut wtx = env.begin_write().expect("write after abort");
-    wtx.open_tree("t")
-        .expect("tree")
-        .insert(b"small", b"fits")
-        .expect("insert");
+    fill(&mut wtx, 1, 10).expect("a small one fits");
     wtx.commit().expect("commit");
+}
+
+#[test]
+fn scratch_full_names_the_oldest_reader_and_clears_when_it_ends() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let options = Options {
+        scratch_limit_bytes: 64 * PAGE_SIZE_BYTES as u64,
+        scratch_wait_ms: 50,
+        ..common::small_options()
+    };
+    let env = Environment::open(dir.path(), options).expect("open");
+    // The reader pins every version committed after it: none can reach the data file.
+    let reader = env.begin_read().expect("read");
+    let mut wtx = env.begin_write().expect("write");
+    fill(&mut wtx, 0, 600).expect("fits alone");
+    wtx.commit().expect("commit");
+    std::thread::sleep(Duration::from_millis(20));
+    let mut wtx = env.begin_write().expect("write");
+    let failed = fill(&mut wtx, 1, 600).expect_err("no room while the reader pins");
+    match &failed {
+        Error::ScratchFull {
+            oldest_reader_age_ms: Some(age_ms),
+            ..
+        } => assert!(*age_ms >= 20, "{failed}"),
+        _ => panic!("{failed:?}"),
+    }
+    assert!(
+        failed.to_string().contains("oldest read transaction"),
+        "{failed}"
+    );
+    drop(wtx);
+    drop(reader);
+    // The flusher may now write the pinned versions out (a write transaction begun
+    // before that would hold them through its base state).
+    env.flush_and_sync().expect("flush");
+    assert_eq!(env.stats().scratch_used_bytes, 0);
+    let mut wtx = env.begin_write().expect("write");
+    fill(&mut wtx, 1, 600).expect("room once the reader ended");
+    wtx.commit().expect("commit");
+}
+
+#[test]
+fn readers_never_block_the_writer() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let options = Options {
+        readers_max: 4,
+        ..common::small_options()
+    };
+    let env = Environment::open(dir.path(), options).expect("open");
+    let readers: Vec<_> = (0..4).map(|_| env.begin_read().expect("read")).collect();
+    assert!(matches!(
+        env.begin_read(),
+        Err(Error::ReadersFull { readers_max: 4 })
+    ));
+    let mut wtx = env.begin_write().expect("a writer needs no reader slot");
+    fill(&mut wtx, 0, 10).expect("fill");
+    wtx.commit().expect("commit");
+    let mut batch = hrafn::WriteBatch::new();
+    batch.insert("t", b"merged", b"too");
+    env.write(batch)
+        .expect("a merged write needs no reader slot");
+    drop(readers);
+    let rtx = env.begin_read().expect("read");
+    assert_eq!(
+        rtx.open_tree("t")
+            .expect("tree")
+            .get(b"merged")
+            .expect("get"),
+        Some(&b"too"[..])
+    );
 }
 
 #[test]

@@ -25,8 +25,8 @@ pub const DEPTH_MAX: usize = 48;
 
 /// Read access to pages for the lifetime `'a`.
 pub trait PageSource<'a>: Copy {
-    /// The bytes of `page_number`, from its start to the end of its run or mapping (an
-    /// overflow value reads on past the first page). Verified when read from the data file.
+    /// The bytes of `page_number`: exactly that page, or for the first page of an overflow
+    /// run, exactly the run. Verified when read from the data file.
     ///
     /// # Errors
     /// [`crate::Error::Corruption`] for a bad page, I/O-free otherwise.

@@ -83,10 +83,18 @@ pub struct RecordEnd {
     pub next_page_number: u64,
 }
 
+/// A sync point is kept for at most one record per this many journal bytes (the last record
+/// ending in each granule, and always the newest record), so the index holds at most
+/// `journal size / granule + 1` entries per journal file waiting for a sync, however small
+/// the records are. A sync then covers up to the last kept record at or before what it
+/// could cover, lagging by at most one granule of journal.
+pub const SYNC_POINT_GRANULE_BYTES: u64 = 256 * 1024;
+
 /// Bookkeeping shared by the writer (appends) and the flusher (syncs, retires files).
 #[derive(Debug, Default)]
 pub struct JournalIndex {
-    /// Ends of records not yet covered by a durable header, oldest first.
+    /// Possible sync points: ends of records not yet covered by a durable header, oldest
+    /// first, thinned to one per [`SYNC_POINT_GRANULE_BYTES`] of journal.
     pub records: VecDeque<RecordEnd>,
     /// Journal files holding records newer than the last sync: (number, last txn id).
     pub active: VecDeque<(u64, u64)>,
@@ -129,13 +137,29 @@ impl JournalIndex {
         retired
     }
 
-    /// The end of the record of `txn_id`, if still tracked.
-    pub fn end_of(&self, txn_id: u64) -> Option<RecordEnd> {
+    /// The newest kept sync point at or before `txn_id`.
+    pub fn sync_point_at_or_before(&self, txn_id: u64) -> Option<RecordEnd> {
         self.records
             .iter()
             .rev()
-            .find(|r| r.txn_id == txn_id)
+            .find(|r| r.txn_id <= txn_id)
             .copied()
+    }
+
+    /// Records the end of a newly appended record, replacing the newest kept one when both
+    /// end in the same granule of the same journal.
+    pub fn push_record(&mut self, end: RecordEnd) {
+        let granule = |r: &RecordEnd| {
+            (
+                r.journal_number,
+                (r.end_offset_bytes - 1) / SYNC_POINT_GRANULE_BYTES,
+            )
+        };
+        debug_assert!(self.records.back().is_none_or(|b| b.txn_id < end.txn_id));
+        match self.records.back_mut() {
+            Some(back) if granule(back) == granule(&end) => *back = end,
+            _ => self.records.push_back(end),
+        }
     }
 }
 
@@ -333,7 +357,7 @@ impl JournalWriter {
         if self.position_bytes == self.file_size_bytes {
             index.sealed = Some(self.journal_number);
         }
-        index.records.push_back(end);
+        index.push_record(end);
         match index.active.back_mut() {
             Some((number, last)) if *number == self.journal_number => *last = header.txn_id,
             _ => index.active.push_back((self.journal_number, header.txn_id)),
@@ -508,6 +532,33 @@ mod tests {
         record.encoder().extend(std::iter::repeat_n(7u8, 100_000));
         assert_eq!(record.payload().len(), 110_000);
         assert_eq!(record.payload()[10_000], 7);
+    }
+
+    #[test]
+    fn sync_points_stay_bounded_per_journal_and_keep_the_newest() {
+        let mut index = JournalIndex::default();
+        let record_bytes = 4096u64;
+        let per_file = (4u64 << 20) / record_bytes;
+        for txn_id in 1..=3 * per_file {
+            let number = 1 + (txn_id - 1) / per_file;
+            let end_offset_bytes = ((txn_id - 1) % per_file + 1) * record_bytes;
+            index.push_record(RecordEnd {
+                txn_id,
+                journal_number: number,
+                end_offset_bytes,
+                checksum: txn_id,
+                next_page_number: 1,
+            });
+        }
+        let granules_per_file = (4u64 << 20) / SYNC_POINT_GRANULE_BYTES;
+        assert_eq!(index.records.len() as u64, 3 * granules_per_file);
+        assert_eq!(index.records.back().map(|r| r.txn_id), Some(3 * per_file));
+        // A sync wanting a point inside a granule gets the end of the granule before it.
+        let wanted = per_file + 10;
+        let point = index.sync_point_at_or_before(wanted).expect("a point");
+        assert!(point.txn_id <= wanted);
+        assert!(wanted - point.txn_id < SYNC_POINT_GRANULE_BYTES / record_bytes);
+        assert_eq!(index.sync_point_at_or_before(0), None);
     }
 
     #[test]

@@ -23,9 +23,16 @@ pub struct PttEntry {
 }
 
 impl PttEntry {
-    /// The page's bytes: from this page to the end of its buffer (an overflow run reads on).
+    /// The page's bytes: the whole buffer for its first page (an overflow run is one
+    /// buffer), exactly one page for any other.
     pub fn bytes(&self) -> &[u8] {
-        &self.buf.bytes()[self.index_in_buf as usize * crate::limits::PAGE_SIZE_BYTES..]
+        use crate::limits::PAGE_SIZE_BYTES;
+        let at = self.index_in_buf as usize * PAGE_SIZE_BYTES;
+        if at == 0 {
+            self.buf.bytes()
+        } else {
+            &self.buf.bytes()[at..at + PAGE_SIZE_BYTES]
+        }
     }
 }
 

@@ -94,9 +94,7 @@ impl Prepared<'_> {
             *env.journal_file.lock() = journal.current_file();
             env.current_journal
                 .store(journal.journal_number(), Ordering::SeqCst);
-            if env.options.makes_spare_journals() {
-                env.flusher.want_spare();
-            }
+            env.flusher.journal_rotated();
         }
         let c = &env.counters;
         c.commits.fetch_add(1, Ordering::Relaxed);

@@ -1,4 +1,4 @@
-//! The active-reader table: one slot per live read (or write) transaction holding the id of
+//! The active-reader table: one slot per live read transaction holding the id of
 //! the state it reads. The flusher takes the minimum as the oldest reader and never writes
 //! to the data file a page version newer than that, because such a reader may still read
 //! the page's older version from the data file.
@@ -8,17 +8,33 @@ use crate::error::{Error, Result};
 use arc_swap::ArcSwap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Instant;
 
 const FREE: u64 = u64::MAX;
 
-/// A slot on its own cache line, so readers on different cores do not share one.
+/// A slot on its own cache line, so readers on different cores do not share one: the
+/// state id its reader reads, and when the reader began (microseconds since the table was
+/// made; for the oldest reader's age in stats and errors).
 #[repr(align(64))]
-struct Slot(AtomicU64);
+struct Slot {
+    txn_id: AtomicU64,
+    began_us: AtomicU64,
+}
+
+/// The oldest open read transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OldestReader {
+    /// The state it reads.
+    pub txn_id: u64,
+    /// How long it has been open.
+    pub age_ms: u64,
+}
 
 /// Fixed table of reader slots.
 pub struct ReaderTable {
     slots: Box<[Slot]>,
     hint: AtomicUsize,
+    epoch: Instant,
 }
 
 impl ReaderTable {
@@ -27,9 +43,13 @@ impl ReaderTable {
         assert!(readers_max > 0, "at least one reader slot");
         ReaderTable {
             slots: (0..readers_max)
-                .map(|_| Slot(AtomicU64::new(FREE)))
+                .map(|_| Slot {
+                    txn_id: AtomicU64::new(FREE),
+                    began_us: AtomicU64::new(0),
+                })
                 .collect(),
             hint: AtomicUsize::new(0),
+            epoch: Instant::now(),
         }
     }
 
@@ -48,16 +68,21 @@ impl ReaderTable {
         for i in 0..n {
             let slot = (start + i) % n;
             if self.slots[slot]
-                .0
+                .txn_id
                 .compare_exchange(FREE, floor, Ordering::SeqCst, Ordering::Relaxed)
                 .is_ok()
             {
+                self.slots[slot]
+                    .began_us
+                    .store(self.epoch.elapsed().as_micros() as u64, Ordering::Relaxed);
                 loop {
                     let state = current.load_full();
                     if state.txn_id >= floor {
                         // Raising the slot to what it really reads only lets the flusher
                         // go further on pages this reader sees in its own PTT.
-                        self.slots[slot].0.store(state.txn_id, Ordering::SeqCst);
+                        self.slots[slot]
+                            .txn_id
+                            .store(state.txn_id, Ordering::SeqCst);
                         return Ok((slot, state));
                     }
                 }
@@ -68,7 +93,7 @@ impl ReaderTable {
 
     /// Frees a slot.
     pub fn release(&self, slot: usize) {
-        let old = self.slots[slot].0.swap(FREE, Ordering::SeqCst);
+        let old = self.slots[slot].txn_id.swap(FREE, Ordering::SeqCst);
         debug_assert_ne!(old, FREE, "released a free slot");
     }
 
@@ -76,16 +101,33 @@ impl ReaderTable {
     pub fn oldest(&self, current: u64) -> u64 {
         self.slots
             .iter()
-            .map(|s| s.0.load(Ordering::SeqCst))
+            .map(|s| s.txn_id.load(Ordering::SeqCst))
             .filter(|&v| v != FREE)
             .fold(current, u64::min)
+    }
+
+    /// The reader that began first, if any is open (for stats and errors: a scan of the
+    /// table, not for hot paths).
+    pub fn oldest_reader(&self) -> Option<OldestReader> {
+        let now_us = self.epoch.elapsed().as_micros() as u64;
+        self.slots
+            .iter()
+            .filter_map(|s| {
+                let txn_id = s.txn_id.load(Ordering::Acquire);
+                (txn_id != FREE).then(|| (s.began_us.load(Ordering::Relaxed), txn_id))
+            })
+            .min()
+            .map(|(began_us, txn_id)| OldestReader {
+                txn_id,
+                age_ms: now_us.saturating_sub(began_us) / 1000,
+            })
     }
 
     /// Registered readers.
     pub fn active_count(&self) -> usize {
         self.slots
             .iter()
-            .filter(|s| s.0.load(Ordering::Relaxed) != FREE)
+            .filter(|s| s.txn_id.load(Ordering::Relaxed) != FREE)
             .count()
     }
 }

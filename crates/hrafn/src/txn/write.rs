@@ -78,9 +78,10 @@ pub struct WriteTxn<'env> {
     pub(crate) env: &'env EnvInner,
     pub(crate) core: MutexGuard<'env, WriterCore>,
     pub(crate) base: Arc<State>,
-    slot: usize,
     pub(crate) txn_id: u64,
     pub(crate) dirty: DirtyMap,
+    /// Scratch bytes of this transaction's own page copies.
+    dirty_size_bytes: u64,
     pub(crate) meta: Meta,
     meta_at_begin: Meta,
     trees: Vec<OpenTree>,
@@ -98,8 +99,12 @@ impl<'env> WriteTxn<'env> {
         // published state: build on it (its pages reach readers only at its publish).
         // The published state is loaded under the pending lock: a publish stores the new
         // state before it clears the pending one, so the two are never both stale.
+        // The writer takes no reader slot (so readers can never block it): the flusher
+        // writes to the data file only versions at or below the published state, and the
+        // writer's base is that state or newer, holding in its own PTT every version the
+        // data file lacks, so nothing the writer reads from the data file can change.
         let pending = env.pending_state.lock();
-        let (slot, published) = env.readers.register(&env.state)?;
+        let published = env.state.load_full();
         let base = match &*pending {
             Some(pending) if pending.txn_id > published.txn_id => {
                 env.counters
@@ -110,13 +115,7 @@ impl<'env> WriteTxn<'env> {
             _ => published,
         };
         drop(pending);
-        let meta = match (&*base).page(META_PAGE_NUMBER).and_then(Meta::decode) {
-            Ok(meta) => meta,
-            Err(error) => {
-                env.readers.release(slot);
-                return Err(error);
-            }
-        };
+        let meta = (&*base).page(META_PAGE_NUMBER).and_then(Meta::decode)?;
         // Building on an older state would silently drop the commits in between.
         assert_eq!(
             base.txn_id, core.last_txn_id,
@@ -129,8 +128,8 @@ impl<'env> WriteTxn<'env> {
             free_pages: core.free_pages,
             core,
             base,
-            slot,
             dirty: DirtyMap::default(),
+            dirty_size_bytes: 0,
             meta_at_begin: meta.clone(),
             meta,
             trees: Vec::new(),
@@ -343,31 +342,36 @@ impl<'env> WriteTxn<'env> {
     /// Discards every change (the same as dropping the transaction).
     pub fn abort(self) {}
 
-    /// Waits for scratch room for `bytes` more, then fails with [`Error::ScratchFull`].
-    fn reserve_scratch(&self, bytes: u64) -> Result<()> {
+    /// Waits for scratch room for `bytes` more, then fails with [`Error::ScratchFull`]; a
+    /// transaction that alone outgrows the limit fails at once with
+    /// [`Error::TransactionTooLarge`], since no flush can make room for it.
+    fn reserve_scratch(&mut self, bytes: u64) -> Result<()> {
         let limit = self.env.options.scratch_limit_bytes;
+        let own_bytes = self.dirty_size_bytes + bytes;
+        if own_bytes > limit {
+            return Err(Error::TransactionTooLarge {
+                size_bytes: own_bytes,
+                scratch_limit_bytes: limit,
+            });
+        }
         let mut waited_ms = 0;
         loop {
             let used = self.env.usage.used_bytes();
             if used + bytes <= limit {
+                self.dirty_size_bytes = own_bytes;
                 return Ok(());
             }
             if waited_ms >= self.env.options.scratch_wait_ms {
                 return Err(Error::ScratchFull {
                     used_bytes: used,
                     limit_bytes: limit,
+                    oldest_reader_age_ms: self.env.readers.oldest_reader().map(|r| r.age_ms),
                 });
             }
             self.env.flusher.kick();
             std::thread::sleep(Duration::from_millis(5));
             waited_ms += 5;
         }
-    }
-}
-
-impl Drop for WriteTxn<'_> {
-    fn drop(&mut self) {
-        self.env.readers.release(self.slot);
     }
 }
 

@@ -1,0 +1,594 @@
+//! Endurance: steady state under sustained load with `Options::default()`.
+//!
+//! A child process (this test binary run again) opens an environment with default options
+//! and keeps it busy: four threads write small merged batches through
+//! `Environment::write`, one thread commits large `begin_write` transactions, two threads
+//! read throughout, and one read transaction is held through the middle third of the run.
+//! Every 250 ms the child prints a sample of its stats and its resident memory. At the end
+//! the parent kills it with SIGKILL mid-write and reopens the environment.
+//!
+//! The parent asserts what a user needs after an hour as much as after a minute:
+//! - the synced transaction id advances at least every 2 × `sync_interval_ms`, except while
+//!   the long reader pins older page versions (a sync cannot pass the oldest reader: the
+//!   data file may not be written with versions it must not see), and again within that
+//!   bound once it ends;
+//! - journal files on disk never exceed the ready files plus those waiting for a sync (plus
+//!   the one just rotated into), and outside the long reader those waiting stay under
+//!   [`WAITING_JOURNALS_BOUND`];
+//! - resident memory stays under [`RSS_BOUND_BYTES`] throughout, the long reader included;
+//! - after the kill, reopening replays only what was written since the last sync the child
+//!   reported, and takes at most a second.
+//!
+//! `HRAFN_ENDURANCE_SECS` sets the run's length (default 60). With `HRAFN_ENDURANCE_OUT`
+//! set to a directory, the samples are also written there as `samples.csv` and plotted in
+//! `samples.svg`: the soak run documented in `docs/design.md` is this test run for hours.
+
+mod common;
+
+use common::mix;
+use hrafn::{Environment, Options, WriteBatch};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+const CHILD_DIR_VAR: &str = "HRAFN_ENDURANCE_CHILD_DIR";
+const SECS_VAR: &str = "HRAFN_ENDURANCE_SECS";
+const OUT_VAR: &str = "HRAFN_ENDURANCE_OUT";
+const DEFAULT_SECS: u64 = 60;
+const SAMPLE_EVERY: Duration = Duration::from_millis(250);
+
+/// Journal files waiting for a sync, outside a long reader: the flusher syncs once more
+/// than 8 wait; files written while that flush and sync run come on top.
+const WAITING_JOURNALS_BOUND: u64 = 16;
+/// After the long reader ends, time the flusher has to sync what it pinned.
+const CATCH_UP_MS: u64 = 2_000;
+/// Resident memory of the child, throughout. The data set is a few tens of MiB; what the
+/// long reader pins is bounded by the pages written while it is open.
+const RSS_BOUND_BYTES: u64 = 1 << 30;
+/// Longest reopen after the kill.
+const REOPEN_BOUND: Duration = Duration::from_secs(1);
+
+const MERGED_WRITERS: u64 = 4;
+const READERS: u64 = 2;
+const SMALL_KEYS_PER_WRITER: u64 = 4096;
+const BIG_KEYS: u64 = 100_000;
+const BIG_TXN_KEYS: u64 = 1000;
+
+const CSV_HEADER: &str = "t_ms,txn_id,synced_txn_id,commits,flushes,syncs,journal_files_on_disk,\
+journal_files_waiting,journal_files_ready,scratch_used_bytes,scratch_pinned_bytes,rss_bytes,\
+oldest_reader_age_ms,long_reader_open";
+
+/// One line of the child's report.
+#[derive(Debug, Clone, Copy, Default)]
+struct Sample {
+    t_ms: u64,
+    txn_id: u64,
+    synced_txn_id: u64,
+    commits: u64,
+    flushes: u64,
+    syncs: u64,
+    journal_files_on_disk: u64,
+    journal_files_waiting: u64,
+    journal_files_ready: u64,
+    scratch_used_bytes: u64,
+    scratch_pinned_bytes: u64,
+    rss_bytes: u64,
+    oldest_reader_age_ms: u64,
+    long_reader_open: bool,
+}
+
+impl Sample {
+    fn to_csv(self) -> String {
+        format!(
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            self.t_ms,
+            self.txn_id,
+            self.synced_txn_id,
+            self.commits,
+            self.flushes,
+            self.syncs,
+            self.journal_files_on_disk,
+            self.journal_files_waiting,
+            self.journal_files_ready,
+            self.scratch_used_bytes,
+            self.scratch_pinned_bytes,
+            self.rss_bytes,
+            self.oldest_reader_age_ms,
+            u8::from(self.long_reader_open)
+        )
+    }
+
+    fn from_csv(line: &str) -> Option<Sample> {
+        let v: Vec<u64> = line
+            .split(',')
+            .map(|f| f.trim().parse().ok())
+            .collect::<Option<_>>()?;
+        (v.len() == 14).then(|| Sample {
+            t_ms: v[0],
+            txn_id: v[1],
+            synced_txn_id: v[2],
+            commits: v[3],
+            flushes: v[4],
+            syncs: v[5],
+            journal_files_on_disk: v[6],
+            journal_files_waiting: v[7],
+            journal_files_ready: v[8],
+            scratch_used_bytes: v[9],
+            scratch_pinned_bytes: v[10],
+            rss_bytes: v[11],
+            oldest_reader_age_ms: v[12],
+            long_reader_open: v[13] != 0,
+        })
+    }
+}
+
+fn run_secs() -> u64 {
+    std::env::var(SECS_VAR)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .filter(|&s| s >= 6)
+        .unwrap_or(DEFAULT_SECS)
+}
+
+// ---------------------------------------------------------------------------------------
+// The child.
+
+#[test]
+#[ignore = "the endurance child; run by steady_state_under_default_options"]
+fn endurance_child() {
+    let Ok(dir) = std::env::var(CHILD_DIR_VAR) else {
+        return;
+    };
+    child_main(Path::new(&dir), Duration::from_secs(run_secs()));
+}
+
+fn say(line: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
+fn child_fail(message: &str) -> ! {
+    say(&format!("FAIL {message}"));
+    std::process::exit(3);
+}
+
+fn rss_bytes() -> u64 {
+    // statm: size resident shared text lib data dt, in pages.
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * 4096)
+}
+
+fn journal_files_on_disk(dir: &Path) -> u64 {
+    std::fs::read_dir(dir.join("journal")).map_or(0, |entries| entries.count() as u64)
+}
+
+fn small_key(w: u64, i: u64) -> Vec<u8> {
+    format!("w{w}/{:05}", i % SMALL_KEYS_PER_WRITER).into_bytes()
+}
+
+fn big_key(n: u64) -> [u8; 8] {
+    (n % BIG_KEYS).to_be_bytes()
+}
+
+fn child_main(dir: &Path, run_for: Duration) {
+    let started = Instant::now();
+    let env = match Environment::open(dir, Options::default()) {
+        Ok(env) => Arc::new(env),
+        Err(e) => child_fail(&format!("open: {e}")),
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let long_reader_open = Arc::new(AtomicBool::new(false));
+    let mut threads = Vec::new();
+    for w in 0..MERGED_WRITERS {
+        let env = Arc::clone(&env);
+        threads.push(std::thread::spawn(move || {
+            let value = [w as u8; 64];
+            for i in 0u64.. {
+                let mut batch = WriteBatch::new();
+                batch.insert("small", small_key(w, i), value);
+                batch.insert("small", small_key(w, i + 1), value);
+                if let Err(e) = env.write(batch) {
+                    child_fail(&format!("merged write: {e}"));
+                }
+            }
+        }));
+    }
+    {
+        let env = Arc::clone(&env);
+        threads.push(std::thread::spawn(move || {
+            let value = [7u8; 100];
+            for round in 0u64.. {
+                let commit = (|| {
+                    let mut wtx = env.begin_write()?;
+                    {
+                        let mut big = wtx.open_tree("big")?;
+                        for i in 0..BIG_TXN_KEYS {
+                            let n = mix(round << 20 ^ i);
+                            if n % 8 == 0 {
+                                big.remove(big_key(n))?;
+                            } else {
+                                big.insert(big_key(n), value)?;
+                            }
+                        }
+                    }
+                    wtx.commit()
+                })();
+                if let Err(e) = commit {
+                    child_fail(&format!("large transaction: {e}"));
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }));
+    }
+    for r in 0..READERS {
+        let env = Arc::clone(&env);
+        let stop = Arc::clone(&stop);
+        threads.push(std::thread::spawn(move || {
+            let mut n = r;
+            while !stop.load(Ordering::Relaxed) {
+                let read = (|| -> hrafn::Result<()> {
+                    let rtx = env.begin_read()?;
+                    if let Ok(big) = rtx.open_tree("big") {
+                        for _ in 0..16 {
+                            n = mix(n);
+                            big.get(big_key(n))?;
+                        }
+                    }
+                    Ok(())
+                })();
+                if let Err(e) = read {
+                    child_fail(&format!("read: {e}"));
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }));
+    }
+    {
+        let env = Arc::clone(&env);
+        let long_reader_open = Arc::clone(&long_reader_open);
+        let dir = dir.to_path_buf();
+        threads.push(std::thread::spawn(move || {
+            loop {
+                std::thread::sleep(SAMPLE_EVERY);
+                let stats = env.stats();
+                let sample = Sample {
+                    t_ms: started.elapsed().as_millis() as u64,
+                    txn_id: stats.txn_id,
+                    synced_txn_id: stats.synced_txn_id,
+                    commits: stats.commits,
+                    flushes: stats.flushes,
+                    syncs: stats.syncs,
+                    journal_files_on_disk: journal_files_on_disk(&dir),
+                    journal_files_waiting: stats.journal_files_waiting,
+                    journal_files_ready: stats.journal_files_ready,
+                    scratch_used_bytes: stats.scratch_used_bytes,
+                    scratch_pinned_bytes: stats.scratch_pinned_bytes,
+                    rss_bytes: rss_bytes(),
+                    oldest_reader_age_ms: stats.oldest_reader_age_ms.unwrap_or(0),
+                    long_reader_open: long_reader_open.load(Ordering::Relaxed),
+                };
+                say(&format!("SAMPLE {}", sample.to_csv()));
+            }
+        }));
+    }
+
+    // The long reader: through the middle third, its snapshot must not move.
+    std::thread::sleep(run_for / 3);
+    {
+        let rtx = env
+            .begin_read()
+            .unwrap_or_else(|e| child_fail(&format!("begin_read: {e}")));
+        long_reader_open.store(true, Ordering::Relaxed);
+        let snapshot = |rtx: &hrafn::ReadTxn<'_>| -> Vec<(Vec<u8>, Vec<u8>)> {
+            let tree = rtx
+                .open_tree("small")
+                .unwrap_or_else(|e| child_fail(&format!("open_tree: {e}")));
+            tree.range::<&[u8], _>(..)
+                .unwrap_or_else(|e| child_fail(&format!("range: {e}")))
+                .map(|e| e.map(|(k, v)| (k.to_vec(), v.to_vec())))
+                .collect::<hrafn::Result<_>>()
+                .unwrap_or_else(|e| child_fail(&format!("scan: {e}")))
+        };
+        let before = snapshot(&rtx);
+        std::thread::sleep(run_for / 3);
+        if snapshot(&rtx) != before {
+            child_fail("the long reader's snapshot changed");
+        }
+        long_reader_open.store(false, Ordering::Relaxed);
+    }
+    std::thread::sleep(run_for.saturating_sub(started.elapsed()));
+    stop.store(true, Ordering::Relaxed);
+    say("DONE");
+    // Writers go on until the parent's SIGKILL.
+    std::thread::sleep(Duration::from_secs(3600));
+    child_fail("not killed");
+}
+
+// ---------------------------------------------------------------------------------------
+// The parent.
+
+struct Report {
+    samples: Vec<Sample>,
+    failures: Vec<String>,
+    done: bool,
+}
+
+fn run_child(dir: &Path, run_for: Duration) -> Report {
+    let exe = std::env::current_exe().expect("path of the test binary");
+    let mut child = Command::new(exe)
+        .args(["--exact", "endurance_child", "--ignored", "--nocapture"])
+        .args(["--test-threads", "1"])
+        .env(CHILD_DIR_VAR, dir)
+        .env(SECS_VAR, run_for.as_secs().to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning the child");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let mut stderr = child.stderr.take().expect("piped stderr");
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut report = Report {
+            samples: Vec::new(),
+            failures: Vec::new(),
+            done: false,
+        };
+        let mut lines = BufReader::new(stdout);
+        let mut line = String::new();
+        loop {
+            line.clear();
+            match lines.read_line(&mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+            if !line.ends_with('\n') {
+                break; // cut by the kill
+            }
+            // The test harness may print its own text before ours on the same line.
+            if let Some(at) = line.find("SAMPLE ") {
+                match Sample::from_csv(line[at + 7..].trim_end()) {
+                    Some(s) if !report.done => report.samples.push(s),
+                    Some(_) => {}
+                    None => report.failures.push(format!("unreadable line {line:?}")),
+                }
+            } else if let Some(at) = line.find("FAIL ") {
+                report
+                    .failures
+                    .push(format!("child: {}", line[at + 5..].trim_end()));
+                let _ = done_tx.send(());
+            } else if line.contains("DONE") {
+                report.done = true;
+                let _ = done_tx.send(());
+            }
+        }
+        let _ = done_tx.send(());
+        report
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        text
+    });
+    let _ = done_rx.recv_timeout(run_for + Duration::from_secs(120));
+    // Killed mid-write: the writers are still committing.
+    std::thread::sleep(Duration::from_millis(300));
+    let _ = child.kill();
+    let status = child.wait().expect("waiting for the child");
+    let mut report = reader.join().expect("stdout reader");
+    let stderr_text = err_reader.join().expect("stderr reader");
+    {
+        use std::os::unix::process::ExitStatusExt;
+        if status.signal() != Some(libc::SIGKILL) {
+            report.failures.push(format!(
+                "child ended by itself ({status}); stderr: {}",
+                stderr_text.trim()
+            ));
+        }
+    }
+    if !report.done {
+        report
+            .failures
+            .push("the child never finished its run".into());
+    }
+    report
+}
+
+/// Longest time the synced id stood still, outside the long reader: the clock restarts
+/// when the synced id moves and when the long reader ends.
+fn longest_sync_stall_ms(samples: &[Sample]) -> u64 {
+    let mut since = samples.first().map_or(0, |s| s.t_ms);
+    let mut last_synced = samples.first().map_or(0, |s| s.synced_txn_id);
+    let mut was_pinned = false;
+    let mut worst = 0;
+    for s in samples {
+        if s.synced_txn_id != last_synced || (was_pinned && !s.long_reader_open) {
+            since = s.t_ms;
+            last_synced = s.synced_txn_id;
+        }
+        was_pinned = s.long_reader_open;
+        if !s.long_reader_open {
+            worst = worst.max(s.t_ms - since);
+        }
+    }
+    worst
+}
+
+#[test]
+fn steady_state_under_default_options() {
+    let run_for = Duration::from_secs(run_secs());
+    let tmp = tempfile::tempdir().expect("temporary directory");
+    let dir = tmp.path();
+    let report = run_child(dir, run_for);
+    if let Ok(out) = std::env::var(OUT_VAR) {
+        write_outputs(Path::new(&out), &report.samples);
+    }
+    assert!(report.failures.is_empty(), "{:#?}", report.failures);
+    let samples = &report.samples;
+    let expected = run_for.as_millis() as u64 / SAMPLE_EVERY.as_millis() as u64;
+    assert!(
+        samples.len() as u64 >= expected * 3 / 4,
+        "{} samples of {expected}",
+        samples.len()
+    );
+    let last = *samples.last().expect("samples");
+    let options = Options::default();
+
+    // Syncs keep moving under load.
+    let stall_ms = longest_sync_stall_ms(samples);
+    assert!(
+        stall_ms <= 2 * options.sync_interval_ms,
+        "the synced id stood still for {stall_ms} ms outside the long reader"
+    );
+    assert!(last.syncs >= 3 && last.flushes >= 3, "{last:?}");
+
+    // Journal files stay bounded. Once the long reader ends, the flusher has one pass to
+    // catch up before the bound applies again.
+    let mut pin_ended_ms = None;
+    let mut was_pinned = false;
+    for s in samples {
+        if was_pinned && !s.long_reader_open {
+            pin_ended_ms = Some(s.t_ms);
+        }
+        was_pinned = s.long_reader_open;
+        let catching_up = pin_ended_ms.is_some_and(|at| s.t_ms < at + CATCH_UP_MS);
+        assert!(
+            s.journal_files_on_disk <= s.journal_files_ready + s.journal_files_waiting + 1,
+            "journal files on disk beyond the ready and waiting ones: {s:?}"
+        );
+        if !s.long_reader_open && !catching_up {
+            assert!(
+                s.journal_files_waiting <= WAITING_JOURNALS_BOUND,
+                "journals waiting for a sync beyond the bound: {s:?}"
+            );
+        }
+        assert!(s.rss_bytes <= RSS_BOUND_BYTES, "resident memory: {s:?}");
+    }
+    let pinned = samples.iter().filter(|s| s.long_reader_open).count();
+    assert!(pinned >= 4, "the long reader was seen in {pinned} samples");
+    let peak = |f: fn(&Sample) -> u64| samples.iter().map(f).max().unwrap_or(0);
+    let summary = format!(
+        "endurance: {} s, {} commits ({:.0}/s), {} flushes, {} syncs, longest sync stall \
+         outside the long reader {} ms, journal files on disk peak {} (waiting peak {}), \
+         scratch peak {:.1} MiB, pinned peak {:.1} MiB, RSS peak {:.1} MiB",
+        run_for.as_secs(),
+        last.commits,
+        last.commits as f64 / (last.t_ms as f64 / 1000.0),
+        last.flushes,
+        last.syncs,
+        stall_ms,
+        peak(|s| s.journal_files_on_disk),
+        peak(|s| s.journal_files_waiting),
+        peak(|s| s.scratch_used_bytes) as f64 / (1 << 20) as f64,
+        peak(|s| s.scratch_pinned_bytes) as f64 / (1 << 20) as f64,
+        peak(|s| s.rss_bytes) as f64 / (1 << 20) as f64,
+    );
+
+    // Reopen after the kill replays only what came after the last reported sync.
+    let opening = Instant::now();
+    let env = Environment::open(dir, Options::default()).expect("reopen after kill -9");
+    let reopen = opening.elapsed();
+    let stats = env.stats();
+    let replay_from = stats.txn_id - stats.recovered_records;
+    assert!(
+        replay_from >= last.synced_txn_id,
+        "replay started at {replay_from}, before the last reported sync {}",
+        last.synced_txn_id
+    );
+    assert!(
+        stats.txn_id >= last.txn_id,
+        "acknowledged commits lost: {} < {}",
+        stats.txn_id,
+        last.txn_id
+    );
+    assert!(reopen <= REOPEN_BOUND, "reopen took {reopen:?}");
+    env.check().expect("integrity after kill -9");
+    println!(
+        "{summary}; reopen after kill -9 {} ms replaying {} records",
+        reopen.as_millis(),
+        stats.recovered_records
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Soak output: CSV and an SVG with one panel per series.
+
+fn write_outputs(dir: &Path, samples: &[Sample]) {
+    std::fs::create_dir_all(dir).expect("output directory");
+    let mut csv = String::from(CSV_HEADER);
+    csv.push('\n');
+    for s in samples {
+        csv.push_str(&s.to_csv());
+        csv.push('\n');
+    }
+    std::fs::write(dir.join("samples.csv"), csv).expect("writing samples.csv");
+    std::fs::write(dir.join("samples.svg"), svg(samples)).expect("writing samples.svg");
+}
+
+fn svg(samples: &[Sample]) -> String {
+    let mib = |b: u64| b as f64 / (1 << 20) as f64;
+    let mut throughput = Vec::new();
+    for w in samples.windows(2) {
+        let dt = (w[1].t_ms - w[0].t_ms).max(1) as f64 / 1000.0;
+        throughput.push((w[1].t_ms, (w[1].commits - w[0].commits) as f64 / dt));
+    }
+    let series: [(&str, Vec<(u64, f64)>); 4] = [
+        ("commits/s", throughput),
+        (
+            "journal files on disk",
+            samples
+                .iter()
+                .map(|s| (s.t_ms, s.journal_files_on_disk as f64))
+                .collect(),
+        ),
+        (
+            "scratch MiB",
+            samples
+                .iter()
+                .map(|s| (s.t_ms, mib(s.scratch_used_bytes)))
+                .collect(),
+        ),
+        (
+            "RSS MiB",
+            samples.iter().map(|s| (s.t_ms, mib(s.rss_bytes))).collect(),
+        ),
+    ];
+    let (width, panel, margin) = (900.0, 160.0, 40.0);
+    let t_max = samples.last().map_or(1, |s| s.t_ms.max(1)) as f64;
+    let mut out = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{}\" \
+         font-family=\"sans-serif\" font-size=\"12\">\n",
+        series.len() as f64 * (panel + margin) + margin
+    );
+    for (i, (name, points)) in series.iter().enumerate() {
+        let top = margin + i as f64 * (panel + margin);
+        let y_max = points.iter().map(|p| p.1).fold(1e-9, f64::max);
+        let coords: Vec<String> = points
+            .iter()
+            .map(|&(t, v)| {
+                format!(
+                    "{:.1},{:.1}",
+                    60.0 + t as f64 / t_max * (width - 80.0),
+                    top + panel - v / y_max * panel
+                )
+            })
+            .collect();
+        out.push_str(&format!(
+            "<text x=\"60\" y=\"{:.0}\">{name} (max {y_max:.1}; x: 0 to {:.0} s)</text>\n\
+             <rect x=\"60\" y=\"{top:.0}\" width=\"{:.0}\" height=\"{panel:.0}\" fill=\"none\" \
+             stroke=\"#ccc\"/>\n<polyline fill=\"none\" stroke=\"#d95f02\" points=\"{}\"/>\n",
+            top - 6.0,
+            t_max / 1000.0,
+            width - 80.0,
+            coords.join(" ")
+        ));
+    }
+    out.push_str("</svg>\n");
+    out
+}
