@@ -54,9 +54,14 @@ pub struct Options {
     pub sync_interval_ms: u64,
     /// Data bytes written since the last sync that trigger a sync.
     pub sync_threshold_bytes: u64,
-    /// Most scratch memory (page copies) held; past it writes wait, then fail with
-    /// [`Error::ScratchFull`].
+    /// Most scratch (page copies, in memory and in scratch files) held; past it writes
+    /// wait, then fail with [`Error::ScratchFull`]. Only a reader that stays open while
+    /// much is written makes scratch grow, so this is a disk-space limit in effect.
     pub scratch_limit_bytes: u64,
+    /// Scratch memory past which the flusher moves committed page copies that must stay
+    /// in scratch into memory-mapped scratch files (so long-lived readers cost disk, not
+    /// memory).
+    pub scratch_memory_bytes: u64,
     /// How long a write waits for the flusher to drain scratch before failing.
     pub scratch_wait_ms: u64,
     /// Most concurrent read transactions.
@@ -96,6 +101,7 @@ impl Default for Options {
             sync_interval_ms: 10_000,
             sync_threshold_bytes: 256 << 20,
             scratch_limit_bytes: 4 << 30,
+            scratch_memory_bytes: 512 << 20,
             scratch_wait_ms: 2_000,
             readers_max: 1024,
             merge_queue_max_requests: 4096,
@@ -167,6 +173,10 @@ pub struct Stats {
     /// Scratch bytes the current state does not reference: older page versions kept only
     /// for open readers (and the write transaction's own copies).
     pub scratch_pinned_bytes: u64,
+    /// Scratch bytes held in memory, and scratch files on disk (see
+    /// [`Options::scratch_memory_bytes`]).
+    pub scratch_memory_bytes: u64,
+    pub scratch_files: u64,
     /// Journal records replayed when this environment was opened, and how long the open
     /// took, recovery included.
     pub recovered_records: u64,
@@ -302,6 +312,8 @@ impl Environment {
                     .map_err(|e| Error::io(format!("removing {name}"), e))?;
             }
         }
+        crate::scratch::spill::remove_leftovers(&*storage)
+            .map_err(|e| Error::io("removing scratch files of an earlier process", e))?;
         let header = match header::read_newest(&*storage)? {
             Some(h) => h,
             None => create(&*storage)?,
@@ -540,6 +552,8 @@ impl Environment {
             oldest_reader_age_ms: oldest.map(|r| r.age_ms),
             oldest_reader_txn_id: oldest.map(|r| r.txn_id),
             scratch_pinned_bytes: scratch_used_bytes.saturating_sub(current_bytes),
+            scratch_memory_bytes: inner.usage.memory_bytes(),
+            scratch_files: inner.usage.file_count(),
             recovered_records: c.recovered_records.load(Ordering::Relaxed),
             open_ms: c.open_ms.load(Ordering::Relaxed),
         }

@@ -14,6 +14,7 @@ use crate::error::{Error, Result};
 use crate::header::{self, Header};
 use crate::journal::{JournalIndex, journal_file_name, spare};
 use crate::limits::PAGE_SIZE_BYTES;
+use crate::scratch::spill::{self, Spiller};
 use crate::storage::{Storage, StorageEvent, write_all_at};
 use crate::txn::state::{DataView, State};
 use parking_lot::{Condvar, Mutex};
@@ -37,6 +38,8 @@ pub(crate) struct FlushBook {
     pub data_size_bytes: u64,
     pub last_sync: Instant,
     pub bytes_since_sync: u64,
+    /// Writes page copies past the scratch memory budget into scratch files.
+    pub spiller: Spiller,
 }
 
 impl FlushBook {
@@ -46,6 +49,7 @@ impl FlushBook {
             data_size_bytes,
             last_sync: Instant::now(),
             bytes_since_sync: 0,
+            spiller: Spiller::default(),
         }
     }
 }
@@ -275,10 +279,44 @@ pub(crate) fn flush(inner: &EnvInner, then_sync: bool) -> Result<()> {
     if !batch.is_empty() {
         write_batch(inner, &mut book, &state, &batch)?;
     }
+    spill_past_budget(inner, &mut book);
     if then_sync {
         sync(inner, &mut book)?;
     }
     Ok(())
+}
+
+/// Moves committed copies that must stay in scratch into scratch files while scratch
+/// memory is past its budget, down to three quarters of it (so that it is not done again
+/// at every pass). A failure (a full disk) keeps the copies in memory; it is logged, and
+/// the scratch limit still applies.
+fn spill_past_budget(inner: &EnvInner, book: &mut FlushBook) {
+    let budget = inner.options.scratch_memory_bytes;
+    let memory = inner.usage.memory_bytes();
+    if memory <= budget {
+        return;
+    }
+    let state = inner.state.load_full();
+    let mut spilled = Vec::new();
+    if let Err(error) = book.spiller.spill(
+        &inner.storage,
+        &inner.usage,
+        &state.ptt,
+        memory - budget / 4 * 3,
+        &mut spilled,
+    ) {
+        tracing::warn!(%error, "could not move scratch pages into a scratch file");
+    }
+    if spilled.is_empty() {
+        return;
+    }
+    let _publish = inner.publish.lock();
+    let current = inner.state.load_full();
+    inner.state.store(Arc::new(State {
+        txn_id: current.txn_id,
+        ptt: spill::swap_in(&current.ptt, &spilled),
+        data: current.data.clone(),
+    }));
 }
 
 fn write_batch(

@@ -509,7 +509,9 @@ fn steady_state_under_default_options() {
     );
     assert!(reopen <= REOPEN_BOUND, "reopen took {reopen:?}");
     env.check().expect("integrity after kill -9");
-    println!(
+    // Straight to standard error, which the test harness does not capture: CI shows it.
+    let _ = writeln!(
+        std::io::stderr().lock(),
         "{summary}; reopen after kill -9 {} ms replaying {} records",
         reopen.as_millis(),
         stats.recovered_records

@@ -5,12 +5,19 @@
 //! keep their own state and so their own `Arc`s: a buffer is freed only when no state that
 //! can see it is alive, which is exactly "no reader older than its release" without a
 //! separate epoch scheme. [`ScratchUsage`] counts the bytes held, for the limit and stats.
+//!
+//! Copies start in memory. Past a memory budget, the flusher moves committed copies that
+//! must stay in scratch (a reader pins older versions, so they cannot reach the data file
+//! yet) into memory-mapped scratch files ([`spill`]): a long-lived reader then costs disk,
+//! not memory. A scratch file is removed when its last copy is dropped.
 
 mod ptt;
+pub(crate) mod spill;
 
 pub use ptt::{Ptt, PttEntry};
 
 use crate::limits::PAGE_SIZE_BYTES;
+use spill::ScratchFile;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -19,10 +26,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub struct ScratchUsage {
     used_bytes: AtomicU64,
     peak_bytes: AtomicU64,
+    memory_bytes: AtomicU64,
+    file_count: AtomicU64,
 }
 
 impl ScratchUsage {
-    /// Bytes currently held by page copies.
+    /// Bytes currently held by page copies, in memory and in scratch files.
     pub fn used_bytes(&self) -> u64 {
         self.used_bytes.load(Ordering::Relaxed)
     }
@@ -32,20 +41,49 @@ impl ScratchUsage {
         self.peak_bytes.load(Ordering::Relaxed)
     }
 
-    fn add(&self, bytes: u64) {
-        let now = self.used_bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
-        self.peak_bytes.fetch_max(now, Ordering::Relaxed);
+    /// Bytes of page copies held in memory.
+    pub fn memory_bytes(&self) -> u64 {
+        self.memory_bytes.load(Ordering::Relaxed)
     }
 
-    fn sub(&self, bytes: u64) {
+    /// Scratch files on disk now.
+    pub fn file_count(&self) -> u64 {
+        self.file_count.load(Ordering::Relaxed)
+    }
+
+    fn add(&self, bytes: u64, in_memory: bool) {
+        let now = self.used_bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        self.peak_bytes.fetch_max(now, Ordering::Relaxed);
+        if in_memory {
+            self.memory_bytes.fetch_add(bytes, Ordering::Relaxed);
+        }
+    }
+
+    fn sub(&self, bytes: u64, in_memory: bool) {
         let before = self.used_bytes.fetch_sub(bytes, Ordering::Relaxed);
         debug_assert!(before >= bytes, "scratch accounting underflow");
+        if in_memory {
+            let before = self.memory_bytes.fetch_sub(bytes, Ordering::Relaxed);
+            debug_assert!(before >= bytes, "scratch memory accounting underflow");
+        }
     }
 }
 
-/// A copy of one page, or of a run of pages holding one large value, in scratch memory.
+/// Where a page copy lives.
+enum Backing {
+    Memory(Box<[u8]>),
+    /// `len` bytes at `offset` of a scratch file, written once before the copy was made.
+    File {
+        file: Arc<ScratchFile>,
+        offset: usize,
+        len: usize,
+    },
+}
+
+/// A copy of one page, or of a run of pages holding one large value, in scratch: in
+/// memory, or (once spilled) in a scratch file.
 pub struct PageBuf {
-    bytes: Box<[u8]>,
+    backing: Backing,
     usage: Arc<ScratchUsage>,
 }
 
@@ -54,9 +92,9 @@ impl PageBuf {
     pub fn zeroed(page_count: usize, usage: &Arc<ScratchUsage>) -> PageBuf {
         assert!(page_count >= 1, "a page buffer holds at least one page");
         let len = page_count * PAGE_SIZE_BYTES;
-        usage.add(len as u64);
+        usage.add(len as u64, true);
         PageBuf {
-            bytes: vec![0u8; len].into_boxed_slice(),
+            backing: Backing::Memory(vec![0u8; len].into_boxed_slice()),
             usage: Arc::clone(usage),
         }
     }
@@ -67,32 +105,69 @@ impl PageBuf {
             !bytes.is_empty() && bytes.len() % PAGE_SIZE_BYTES == 0,
             "page copies are whole pages"
         );
-        usage.add(bytes.len() as u64);
+        usage.add(bytes.len() as u64, true);
         PageBuf {
-            bytes: bytes.into(),
+            backing: Backing::Memory(bytes.into()),
+            usage: Arc::clone(usage),
+        }
+    }
+
+    /// A copy held in `file` at `offset` (written there already).
+    fn in_file(
+        file: Arc<ScratchFile>,
+        offset: usize,
+        len: usize,
+        usage: &Arc<ScratchUsage>,
+    ) -> PageBuf {
+        assert!(
+            len > 0 && len % PAGE_SIZE_BYTES == 0,
+            "page copies are whole pages"
+        );
+        assert!(
+            offset + len <= file.bytes().len(),
+            "the copy lies inside its file"
+        );
+        usage.add(len as u64, false);
+        PageBuf {
+            backing: Backing::File { file, offset, len },
             usage: Arc::clone(usage),
         }
     }
 
     /// Number of pages held.
     pub fn page_count(&self) -> usize {
-        self.bytes.len() / PAGE_SIZE_BYTES
+        self.bytes().len() / PAGE_SIZE_BYTES
     }
 
     /// All bytes.
     pub fn bytes(&self) -> &[u8] {
-        &self.bytes
+        match &self.backing {
+            Backing::Memory(bytes) => bytes,
+            Backing::File { file, offset, len } => &file.bytes()[*offset..*offset + *len],
+        }
     }
 
-    /// All bytes, mutable (only while owned by the writing transaction).
+    /// Whether the copy is held in memory (not spilled).
+    pub fn is_in_memory(&self) -> bool {
+        matches!(self.backing, Backing::Memory(_))
+    }
+
+    /// All bytes, mutable (only while owned by the writing transaction, whose copies are
+    /// always in memory).
     pub fn bytes_mut(&mut self) -> &mut [u8] {
-        &mut self.bytes
+        match &mut self.backing {
+            Backing::Memory(bytes) => bytes,
+            Backing::File { .. } => {
+                unreachable!("only committed copies are spilled, and those are immutable")
+            }
+        }
     }
 }
 
 impl Drop for PageBuf {
     fn drop(&mut self) {
-        self.usage.sub(self.bytes.len() as u64);
+        let len = self.bytes().len() as u64;
+        self.usage.sub(len, self.is_in_memory());
     }
 }
 
@@ -112,9 +187,11 @@ mod tests {
         let a = PageBuf::zeroed(2, &usage);
         let b = PageBuf::copy_of(a.bytes(), &usage);
         assert_eq!(usage.used_bytes(), 4 * PAGE_SIZE_BYTES as u64);
+        assert_eq!(usage.memory_bytes(), 4 * PAGE_SIZE_BYTES as u64);
         drop(a);
         drop(b);
         assert_eq!(usage.used_bytes(), 0);
+        assert_eq!(usage.memory_bytes(), 0);
         assert_eq!(usage.peak_bytes(), 4 * PAGE_SIZE_BYTES as u64);
     }
 }

@@ -179,6 +179,8 @@ impl StorageFile for RealFile {
         // contract violation; the exclusive environment lock keeps other Hrafn openers out.
         // Concurrent `pwrite`s by the flusher only touch pages no live reader reads from the
         // data file (the flush rule in `flush.rs`), so readers never observe a torn page.
+        // Scratch files (`scratch/spill.rs`) are allocated whole before they are mapped,
+        // never shrink, and each region is written once before any reader can refer to it.
         let map = unsafe { memmap2::MmapOptions::new().len(len).map(&self.file)? };
         Ok(Arc::new(RealMapping { map }))
     }

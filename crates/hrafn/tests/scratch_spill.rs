@@ -1,0 +1,120 @@
+//! A long-lived reader under heavy writes costs disk, not memory: past
+//! `Options::scratch_memory_bytes` the flusher moves the page copies the reader keeps from
+//! reaching the data file into scratch files, every reader keeps reading exactly its
+//! snapshot through them, and the files go away once the reader ends.
+
+mod common;
+
+use hrafn::{Environment, Options};
+use std::time::{Duration, Instant};
+
+const KEYS: u32 = 20_000;
+
+fn value(round: u32, key: u32) -> Vec<u8> {
+    let mut v = vec![(round as u8).wrapping_mul(31) ^ key as u8; 200];
+    v[..4].copy_from_slice(&round.to_le_bytes());
+    v
+}
+
+fn write_round(env: &Environment, round: u32) {
+    let mut wtx = env.begin_write().expect("write");
+    {
+        let mut t = wtx.open_tree("t").expect("tree");
+        for key in 0..KEYS {
+            t.insert(key.to_be_bytes(), value(round, key))
+                .expect("insert");
+        }
+    }
+    wtx.commit().expect("commit");
+}
+
+fn assert_round(env: &Environment, rtx: &hrafn::ReadTxn<'_>, round: u32) {
+    let t = rtx.open_tree("t").expect("tree");
+    for key in (0..KEYS).step_by(7) {
+        assert_eq!(
+            t.get(key.to_be_bytes()).expect("get"),
+            Some(&value(round, key)[..]),
+            "key {key} of round {round}; {:?}",
+            env.stats()
+        );
+    }
+}
+
+#[test]
+fn a_long_reader_spills_scratch_to_files_that_go_when_it_ends() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // A user's file where scratch files live, and one a crashed process left.
+    std::fs::create_dir_all(dir.path().join("scratch")).expect("mkdir");
+    std::fs::write(dir.path().join("scratch/notes.txt"), b"mine").expect("write");
+    std::fs::write(
+        dir.path().join("scratch/0000000000000000009.scratch"),
+        b"left by a crash",
+    )
+    .expect("write");
+    let options = Options {
+        scratch_memory_bytes: 1 << 20,
+        ..common::small_options()
+    };
+    let env = Environment::open(dir.path(), options).expect("open");
+    assert!(
+        !dir.path()
+            .join("scratch/0000000000000000009.scratch")
+            .exists(),
+        "open removes scratch files of an earlier process"
+    );
+    assert!(dir.path().join("scratch/notes.txt").exists());
+
+    write_round(&env, 0);
+    env.flush_and_sync().expect("flush");
+    let long_reader = env.begin_read().expect("read");
+    for round in 1..=4 {
+        write_round(&env, round);
+    }
+    // About 4 MiB of leaves changed since the reader began: past the 1 MiB budget.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let stats = loop {
+        env.flush_and_sync().expect("flush");
+        let stats = env.stats();
+        if stats.scratch_files > 0 && stats.scratch_memory_bytes <= 1 << 20 {
+            break stats;
+        }
+        assert!(Instant::now() < deadline, "nothing spilled: {stats:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(
+        stats.scratch_used_bytes > 3 << 20,
+        "the pinned versions are still held, on disk: {stats:?}"
+    );
+    assert!(stats.oldest_reader_age_ms.is_some(), "{stats:?}");
+    let files: Vec<_> = std::fs::read_dir(dir.path().join("scratch"))
+        .expect("list")
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".scratch"))
+        .collect();
+    assert_eq!(files.len() as u64, stats.scratch_files, "{stats:?}");
+
+    // Both the old snapshot and the newest state read correctly, partly through files.
+    assert_round(&env, &long_reader, 0);
+    let newest = env.begin_read().expect("read");
+    assert_round(&env, &newest, 4);
+    env.check().expect("integrity through spilled pages");
+    write_round(&env, 5);
+    assert_round(&env, &long_reader, 0);
+    drop(newest);
+
+    drop(long_reader);
+    env.flush_and_sync().expect("flush");
+    let stats = env.stats();
+    assert_eq!(stats.scratch_files, 0, "{stats:?}");
+    assert_eq!(stats.scratch_used_bytes, 0, "{stats:?}");
+    let rtx = env.begin_read().expect("read");
+    assert_round(&env, &rtx, 5);
+    drop(rtx);
+    drop(env);
+    let left: Vec<String> = std::fs::read_dir(dir.path().join("scratch"))
+        .expect("list")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(left, vec!["notes.txt".to_string()]);
+}
