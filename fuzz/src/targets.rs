@@ -796,7 +796,8 @@ pub fn page_decode(data: &[u8]) {
             root_page: root,
             tree_count: 1,
             next_page_number: next,
-            bitmaps: if flags & 32 == 0 {
+            section_count: u64::from(flags & 32 != 0),
+            directories: if flags & 32 == 0 {
                 vec![]
             } else {
                 vec![next - 1]
@@ -823,7 +824,10 @@ pub fn page_decode(data: &[u8]) {
         let _ = Meta::decode(p);
         let _ = TreeHeader::decode(&p[..24], n);
         let _ = hrafn::freespace::count_free(p);
-        let _ = hrafn::freespace::find_run(p, 1 + key.len(), (n as usize * 977) % 65_000);
+        let from = (n as usize * 977) % 65_000;
+        let _ = hrafn::freespace::find_run(p, 1 + key.len(), from, from + 5_000);
+        let _ = hrafn::freespace::find_run_near(p, 1 + key.len(), from, 65_280);
+        let _ = hrafn::freespace::read_entry(p, n, key.len() % 510, page_count as u64);
     }
 
     // The file as a whole.

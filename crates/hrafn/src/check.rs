@@ -5,8 +5,7 @@
 use crate::btree::node::{self, ValueRef};
 use crate::btree::{PageSource, TreeHeader, resolve_value};
 use crate::error::{CorruptionSite, Error, Result};
-use crate::freespace::is_free;
-use crate::limits::PAGES_PER_BITMAP;
+use crate::freespace::{count_free, is_free, locate, locate_section, read_entry};
 use crate::meta::{META_PAGE_NUMBER, Meta};
 use crate::page::{PageKind, corrupt, overflow_page_count};
 
@@ -18,7 +17,7 @@ pub struct CheckReport {
     pub tree_count: u64,
     /// Entries over all trees.
     pub entry_count: u64,
-    /// Pages in use (meta, bitmaps, nodes, overflow runs).
+    /// Pages in use (meta, free-space map, nodes, overflow runs).
     pub used_pages: u64,
     /// Pages marked free.
     pub free_pages: u64,
@@ -72,11 +71,46 @@ pub fn check<'a, S: PageSource<'a>>(src: S) -> Result<CheckReport> {
         },
     };
     walker.mark(META_PAGE_NUMBER, 1)?;
-    for &bitmap in &meta.bitmaps {
-        if crate::page::kind(src.page(bitmap)?, bitmap)? != PageKind::Bitmap {
-            return Err(corrupt(bitmap, "listed bitmap is not a bitmap page"));
+    for &directory in &meta.directories {
+        if crate::page::kind(src.page(directory)?, directory)? != PageKind::FreeDirectory {
+            return Err(corrupt(
+                directory,
+                "listed free-space directory is not a directory page",
+            ));
         }
-        walker.mark(bitmap, 1)?;
+        walker.mark(directory, 1)?;
+    }
+    let mut bitmaps = Vec::new();
+    let mut directory_free_pages = 0u64;
+    for section in 0..meta.section_count {
+        let (directory, entry) = locate_section(section);
+        let directory_page = meta.directories[directory];
+        let entry = read_entry(
+            src.page(directory_page)?,
+            directory_page,
+            entry,
+            meta.next_page_number,
+        )?;
+        let bitmap = src.page(entry.bitmap_page)?;
+        if crate::page::kind(bitmap, entry.bitmap_page)? != PageKind::Bitmap {
+            return Err(corrupt(
+                entry.bitmap_page,
+                "listed bitmap is not a bitmap page",
+            ));
+        }
+        if count_free(bitmap) != u64::from(entry.free_pages) {
+            return Err(corrupt(
+                directory_page,
+                format!(
+                    "section {section} counts {} free pages, its bitmap {}",
+                    entry.free_pages,
+                    count_free(bitmap)
+                ),
+            ));
+        }
+        walker.mark(entry.bitmap_page, 1)?;
+        directory_free_pages += u64::from(entry.free_pages);
+        bitmaps.push(bitmap);
     }
     if meta.root_page != 0 {
         let root = TreeHeader {
@@ -102,11 +136,10 @@ pub fn check<'a, S: PageSource<'a>>(src: S) -> Result<CheckReport> {
     }
     // Free-space accounting.
     for page_number in 1..meta.next_page_number {
-        let index = (page_number / PAGES_PER_BITMAP) as usize;
-        let free = match meta.bitmaps.get(index) {
-            Some(&bitmap) => is_free(src.page(bitmap)?, (page_number % PAGES_PER_BITMAP) as usize),
-            None => false,
-        };
+        let (section, bit) = locate(page_number);
+        let free = bitmaps
+            .get(section as usize)
+            .is_some_and(|bitmap| is_free(bitmap, bit));
         let used = walker
             .used
             .get((page_number / 64) as usize)
@@ -122,6 +155,16 @@ pub fn check<'a, S: PageSource<'a>>(src: S) -> Result<CheckReport> {
             (true, false) => walker.report.free_pages += 1,
             (false, true) => {}
         }
+    }
+    if directory_free_pages != walker.report.free_pages {
+        return Err(corrupt(
+            META_PAGE_NUMBER,
+            format!(
+                "the free-space directory counts {directory_free_pages} free pages, {} lie \
+                 below the high-water mark",
+                walker.report.free_pages
+            ),
+        ));
     }
     Ok(walker.report)
 }

@@ -29,7 +29,7 @@ use crate::storage::{FileKind, Storage, read_exact_at, write_all_at};
 /// Header magic.
 pub const HEADER_MAGIC: [u8; 8] = *b"HRAFNHDR";
 /// On-disk format version; bump together with `docs/format.md`.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 /// Bytes of the header that carry data.
 pub const HEADER_SIZE_BYTES: usize = 128;
 /// Size of a header file.

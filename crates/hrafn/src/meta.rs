@@ -1,6 +1,7 @@
-//! Page 0, the meta page: the root tree's root, the file's high-water mark and the list of
-//! free-space bitmap pages. It changes through the ordinary page path (scratch, journal,
-//! flush), so recovery needs nothing beyond replaying diffs.
+//! Page 0, the meta page: the root tree's root, the file's high-water mark and the
+//! free-space map's sections and directory pages (see [`crate::freespace`]). It changes
+//! through the ordinary page path (scratch, journal, flush), so recovery needs nothing
+//! beyond replaying diffs.
 //!
 //! | offset | size | field |
 //! |---|---|---|
@@ -9,11 +10,12 @@
 //! | 40 | 8 | root tree's root page (0 = no tree yet) |
 //! | 48 | 8 | number of named trees |
 //! | 56 | 8 | next page number (high-water mark) |
-//! | 64 | 4 | bitmap page count `n` |
-//! | 68 | 4 | reserved, 0 |
-//! | 72 | 8·n | bitmap page numbers; bitmap `i` covers pages `i·65280 .. (i+1)·65280` |
+//! | 64 | 4 | section count `s` (sections with a bitmap page) |
+//! | 68 | 4 | directory page count `d` = ⌈`s` / 510⌉ |
+//! | 72 | 8·d | directory page numbers; directory `i` lists sections `i·510 ..` |
 
 use crate::error::Result;
+use crate::freespace::SECTIONS_PER_DIRECTORY;
 use crate::limits::PAGE_SIZE_BYTES;
 use crate::page::{PageKind, corrupt, get_u32, get_u64, put_u32, put_u64};
 
@@ -28,12 +30,16 @@ pub mod offsets {
     pub const ROOT_PAGE: usize = 40;
     pub const TREE_COUNT: usize = 48;
     pub const NEXT_PAGE_NUMBER: usize = 56;
-    pub const BITMAP_COUNT: usize = 64;
-    pub const BITMAPS: usize = 72;
+    pub const SECTION_COUNT: usize = 64;
+    pub const DIRECTORY_COUNT: usize = 68;
+    pub const DIRECTORIES: usize = 72;
 }
 
-/// Most bitmap pages the meta page can list: 1,015 × 65,280 pages × 8 KiB ≈ 506 GiB of data.
-pub const BITMAPS_MAX: usize = (PAGE_SIZE_BYTES - offsets::BITMAPS) / 8;
+/// Most directory pages the meta page can list: 1,015 × 510 sections × 510 MiB ≈ 252 PiB.
+pub const DIRECTORIES_MAX: usize = (PAGE_SIZE_BYTES - offsets::DIRECTORIES) / 8;
+
+/// Most sections: the directories' capacity.
+pub const SECTIONS_MAX: u64 = DIRECTORIES_MAX as u64 * SECTIONS_PER_DIRECTORY;
 
 /// Decoded meta page.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,7 +47,10 @@ pub struct Meta {
     pub root_page: u64,
     pub tree_count: u64,
     pub next_page_number: u64,
-    pub bitmaps: Vec<u64>,
+    /// Sections that have a bitmap page.
+    pub section_count: u64,
+    /// Directory pages, in section order.
+    pub directories: Vec<u64>,
 }
 
 impl Meta {
@@ -51,7 +60,8 @@ impl Meta {
             root_page: 0,
             tree_count: 0,
             next_page_number: 1,
-            bitmaps: Vec::new(),
+            section_count: 0,
+            directories: Vec::new(),
         }
     }
 
@@ -66,22 +76,28 @@ impl Meta {
         {
             return Err(corrupt(META_PAGE_NUMBER, "not a meta page"));
         }
-        let count = get_u32(page, o::BITMAP_COUNT) as usize;
-        if count > BITMAPS_MAX {
-            return Err(corrupt(META_PAGE_NUMBER, "bitmap count beyond the limit"));
+        let section_count = u64::from(get_u32(page, o::SECTION_COUNT));
+        let count = get_u32(page, o::DIRECTORY_COUNT) as usize;
+        if count > DIRECTORIES_MAX || section_count.div_ceil(SECTIONS_PER_DIRECTORY) != count as u64
+        {
+            return Err(corrupt(
+                META_PAGE_NUMBER,
+                "section and directory counts disagree",
+            ));
         }
         let meta = Meta {
             root_page: get_u64(page, o::ROOT_PAGE),
             tree_count: get_u64(page, o::TREE_COUNT),
             next_page_number: get_u64(page, o::NEXT_PAGE_NUMBER),
-            bitmaps: (0..count)
-                .map(|i| get_u64(page, o::BITMAPS + 8 * i))
+            section_count,
+            directories: (0..count)
+                .map(|i| get_u64(page, o::DIRECTORIES + 8 * i))
                 .collect(),
         };
         let in_file = |p: u64| p > 0 && p < meta.next_page_number;
         if meta.next_page_number == 0
             || (meta.root_page != 0 && !in_file(meta.root_page))
-            || !meta.bitmaps.iter().all(|&p| in_file(p))
+            || !meta.directories.iter().all(|&p| in_file(p))
         {
             return Err(corrupt(
                 META_PAGE_NUMBER,
@@ -95,17 +111,20 @@ impl Meta {
     pub fn encode(&self, page: &mut [u8]) {
         use offsets as o;
         assert!(
-            self.bitmaps.len() <= BITMAPS_MAX,
-            "bitmap list checked when grown"
+            self.directories.len() <= DIRECTORIES_MAX
+                && self.section_count.div_ceil(SECTIONS_PER_DIRECTORY)
+                    == self.directories.len() as u64,
+            "the free-space map is checked when grown"
         );
         page[crate::limits::PAGE_HEADER_SIZE_BYTES..].fill(0);
         page[o::MAGIC..o::MAGIC + 8].copy_from_slice(&META_MAGIC);
         put_u64(page, o::ROOT_PAGE, self.root_page);
         put_u64(page, o::TREE_COUNT, self.tree_count);
         put_u64(page, o::NEXT_PAGE_NUMBER, self.next_page_number);
-        put_u32(page, o::BITMAP_COUNT, self.bitmaps.len() as u32);
-        for (i, p) in self.bitmaps.iter().enumerate() {
-            put_u64(page, o::BITMAPS + 8 * i, *p);
+        put_u32(page, o::SECTION_COUNT, self.section_count as u32);
+        put_u32(page, o::DIRECTORY_COUNT, self.directories.len() as u32);
+        for (i, p) in self.directories.iter().enumerate() {
+            put_u64(page, o::DIRECTORIES + 8 * i, *p);
         }
     }
 }
@@ -123,10 +142,13 @@ mod tests {
             root_page: 3,
             tree_count: 2,
             next_page_number: 10,
-            bitmaps: vec![4, 9],
+            section_count: 511,
+            directories: vec![4, 9],
         };
         meta.encode(&mut page);
         assert_eq!(Meta::decode(&page).expect("valid"), meta);
+        put_u32(&mut page, offsets::SECTION_COUNT, 1021);
+        assert!(Meta::decode(&page).is_err(), "three directories needed");
         let bad = Meta {
             root_page: 10,
             ..meta

@@ -9,8 +9,8 @@ mod common;
 mod crash_support;
 
 use crash_support::{Model, Rng, base_seed, key, snapshot};
-use hrafn::freespace::is_free;
-use hrafn::limits::{PAGE_SIZE_BYTES, PAGES_PER_BITMAP};
+use hrafn::freespace::{is_free, locate, locate_section, read_entry};
+use hrafn::limits::PAGE_SIZE_BYTES;
 use hrafn::meta::Meta;
 use hrafn::storage::sim::{Damage, SimStorage};
 use hrafn::{DATA_FILE, Environment, Error, Options};
@@ -97,14 +97,26 @@ fn scenario(seed: u64) -> Scenario {
     let base = sim.power_cut(Damage::KeepAll);
     let data = base.read_file(DATA_FILE).expect("data file");
     let meta = Meta::decode(&data[..PAGE_SIZE_BYTES]).expect("meta page");
-    let bitmap = |i: usize| {
-        let at = (meta.bitmaps[i] * PAGE) as usize;
+    let page = |number: u64| {
+        let at = (number * PAGE) as usize;
         &data[at..at + PAGE_SIZE_BYTES]
+    };
+    let bitmap = |section: u64| {
+        let (directory, entry) = locate_section(section);
+        let directory_page = meta.directories[directory];
+        let entry = read_entry(
+            page(directory_page),
+            directory_page,
+            entry,
+            meta.next_page_number,
+        )
+        .expect("directory entry");
+        page(entry.bitmap_page)
     };
     let used: Vec<u64> = (0..meta.next_page_number)
         .filter(|&p| {
-            let i = (p / PAGES_PER_BITMAP) as usize;
-            i >= meta.bitmaps.len() || !is_free(bitmap(i), (p % PAGES_PER_BITMAP) as usize)
+            let (section, bit) = locate(p);
+            section >= meta.section_count || !is_free(bitmap(section), bit)
         })
         .collect();
     assert!(

@@ -81,8 +81,9 @@ fn offsets_match_the_document() {
             ("ROOT_PAGE", m::ROOT_PAGE),
             ("TREE_COUNT", m::TREE_COUNT),
             ("NEXT_PAGE_NUMBER", m::NEXT_PAGE_NUMBER),
-            ("BITMAP_COUNT", m::BITMAP_COUNT),
-            ("BITMAPS", m::BITMAPS),
+            ("SECTION_COUNT", m::SECTION_COUNT),
+            ("DIRECTORY_COUNT", m::DIRECTORY_COUNT),
+            ("DIRECTORIES", m::DIRECTORIES),
         ],
     );
     use record::offsets as r;

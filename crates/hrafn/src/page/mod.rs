@@ -51,8 +51,10 @@ pub enum PageKind {
     Overflow = 3,
     /// Page 0: the environment's meta page.
     Meta = 4,
-    /// A free-space bitmap page.
+    /// A free-space bitmap page: one bit per page of its section.
     Bitmap = 5,
+    /// A free-space directory page: the bitmap page and free count of each section.
+    FreeDirectory = 6,
 }
 
 impl PageKind {
@@ -65,6 +67,7 @@ impl PageKind {
             3 => PageKind::Overflow,
             4 => PageKind::Meta,
             5 => PageKind::Bitmap,
+            6 => PageKind::FreeDirectory,
             _ => return None,
         })
     }

@@ -44,20 +44,25 @@ type DirtyMap = HashMap<u64, PageBuf, BuildHasherDefault<PageHasher>>;
 /// State the single writer keeps between transactions (guarded by the write lock).
 pub struct WriterCore {
     pub(crate) last_txn_id: u64,
-    /// First bitmap that may hold a free bit, and the number of free pages.
-    pub(crate) free_hint: usize,
+    /// Free pages in the free-space map.
     pub(crate) free_pages: u64,
 }
 
 impl WriterCore {
+    /// Sums the free counts of the free-space directory (one page read per 510 sections).
     pub(crate) fn new(last_txn_id: u64, state: &State, meta: &Meta) -> Result<WriterCore> {
+        use crate::freespace::{locate_section, read_entry};
         let mut free_pages = 0;
-        for &bitmap in &meta.bitmaps {
-            free_pages += crate::freespace::count_free(state.page(bitmap)?);
+        for section in 0..meta.section_count {
+            let (directory, entry) = locate_section(section);
+            let directory_page = meta.directories[directory];
+            let page = state.page(directory_page)?;
+            free_pages += u64::from(
+                read_entry(page, directory_page, entry, meta.next_page_number)?.free_pages,
+            );
         }
         Ok(WriterCore {
             last_txn_id,
-            free_hint: 0,
             free_pages,
         })
     }
@@ -86,8 +91,12 @@ pub struct WriteTxn<'env> {
     meta_at_begin: Meta,
     trees: Vec<OpenTree>,
     pub(crate) freed: Vec<(u64, u64)>,
-    pub(crate) free_hint: usize,
     pub(crate) free_pages: u64,
+    /// The page last changed or allocated: allocation looks for free pages near it.
+    pub(crate) near_page: u64,
+    /// Bitmap pages searched by allocations so far (tests check allocation cost with it).
+    #[cfg(test)]
+    pub(crate) bitmaps_searched: u32,
 }
 
 impl<'env> WriteTxn<'env> {
@@ -124,8 +133,10 @@ impl<'env> WriteTxn<'env> {
         Ok(WriteTxn {
             env,
             txn_id: core.last_txn_id + 1,
-            free_hint: core.free_hint,
             free_pages: core.free_pages,
+            near_page: 0,
+            #[cfg(test)]
+            bitmaps_searched: 0,
             core,
             base,
             dirty: DirtyMap::default(),
@@ -324,7 +335,6 @@ impl<'env> WriteTxn<'env> {
             .commits_in_flight
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         self.core.last_txn_id = txn_id;
-        self.core.free_hint = self.free_hint;
         self.core.free_pages = self.free_pages;
         Ok(Some(Prepared {
             env: self.env,
@@ -392,6 +402,7 @@ impl PageStore for WriteTxn<'_> {
     }
 
     fn page_mut(&mut self, page_number: u64) -> Result<&mut [u8]> {
+        self.near_page = page_number;
         if !self.dirty.contains_key(&page_number) {
             self.reserve_scratch(PAGE_SIZE_BYTES as u64)?;
             let source = (&*self.base).page(page_number)?;
