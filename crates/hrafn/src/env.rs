@@ -302,21 +302,12 @@ impl Environment {
                 Error::io("locking", e)
             }
         })?;
-        for name in storage
-            .list("")
-            .map_err(|e| Error::io("listing the directory", e))?
-        {
-            if name.ends_with(".tmp") {
-                storage
-                    .remove(&name)
-                    .map_err(|e| Error::io(format!("removing {name}"), e))?;
-            }
-        }
-        crate::scratch::spill::remove_leftovers(&*storage)
-            .map_err(|e| Error::io("removing scratch files of an earlier process", e))?;
         let header = match header::read_newest(&*storage)? {
             Some(h) => h,
-            None => create(&*storage)?,
+            None => {
+                refuse_unless_never_created(&*storage)?;
+                create(&*storage)?
+            }
         };
         let data_file = storage
             .open(DATA_FILE, FileKind::Data, false)
@@ -327,8 +318,13 @@ impl Environment {
                 _ => Error::io("opening the data file", e),
             })?;
 
-        // Recovery: replay, write the pages, sync, then a header that no longer needs them.
+        // Recovery reads and checks everything before it changes anything, so an open that
+        // fails leaves every file as it was.
         let replayed = recovery::replay(&*storage, &header, &*data_file)?;
+        recovery::validate(&replayed, &*data_file, |_, _| {})?;
+        crate::scratch::spill::remove_leftovers(&*storage)
+            .map_err(|e| Error::io("removing scratch files of an earlier process", e))?;
+        // Write the replayed pages, sync, then a header that no longer needs them.
         let data_pages_needed = replayed.next_page_number;
         if replayed.record_count > 0 {
             // Replayed records are durable on disk, whoever wrote them.
@@ -580,9 +576,13 @@ impl Drop for Environment {
     }
 }
 
+/// Pages a new data file starts with.
+const CREATED_DATA_PAGES: u64 = 16;
+
 /// Creates the files of a new environment. The header is written last, through a
 /// temporary file and a rename, so a crash during creation leaves no header and the next
-/// open starts over.
+/// open starts over (after [`refuse_unless_never_created`] has shown that nothing but
+/// what creation writes is there).
 fn create(storage: &dyn Storage) -> Result<Header> {
     let io = |what: &'static str| move |e| Error::io(what, e);
     storage
@@ -604,13 +604,9 @@ fn create(storage: &dyn Storage) -> Result<Header> {
     let data = storage
         .open(DATA_FILE, FileKind::Data, true)
         .map_err(io("creating the data file"))?;
-    data.allocate(PAGE_SIZE_BYTES as u64 * 16)
+    data.allocate(PAGE_SIZE_BYTES as u64 * CREATED_DATA_PAGES)
         .map_err(io("allocating the data file"))?;
-    let mut page = vec![0u8; PAGE_SIZE_BYTES];
-    init(&mut page, META_PAGE_NUMBER, PageKind::Meta);
-    Meta::empty().encode(&mut page);
-    seal(&mut page, META_PAGE_NUMBER);
-    write_all_at(&*data, &page, 0).map_err(io("writing the meta page"))?;
+    write_all_at(&*data, &empty_meta_page(), 0).map_err(io("writing the meta page"))?;
     data.sync_data().map_err(io("syncing the data file"))?;
     // The data file's and the journal directory's entries must be durable before a header
     // can name them: a power cut could otherwise keep the header and lose them.
@@ -642,6 +638,88 @@ fn create(storage: &dyn Storage) -> Result<Header> {
         .sync_dir("")
         .map_err(io("syncing the environment directory"))?;
     Ok(header)
+}
+
+/// With no header, the directory is new or holds what a creation that never finished left:
+/// an empty journal directory, a data file holding only the empty meta page (or part of
+/// it), `header.a.tmp`, and a blank `header.b`. Anything more is an environment that lost its headers: open refuses
+/// rather than creating a new environment over it.
+///
+/// # Errors
+/// [`Error::Corruption`] naming what the directory holds; I/O errors.
+fn refuse_unless_never_created(storage: &dyn Storage) -> Result<()> {
+    let io = |what: &'static str| move |e| Error::io(what, e);
+    let listed = |dir: &str| match storage.list(dir) {
+        Ok(names) => Ok(names),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(Error::io(format!("listing {dir:?}"), e)),
+    };
+    // A blank `header.b` (its first write failed) is no evidence: `read_newest` only
+    // reports no header when `header.b` is blank or absent.
+    let mut found = Vec::new();
+    let journals = listed("journal")?.len();
+    if journals > 0 {
+        found.push(format!("{journals} file(s) in journal/"));
+    }
+    let scratch = listed(crate::scratch::spill::SCRATCH_DIR)?
+        .iter()
+        .filter(|name| crate::scratch::spill::is_scratch_file_name(name))
+        .count();
+    if scratch > 0 {
+        found.push(format!("{scratch} scratch file(s)"));
+    }
+    if storage
+        .exists(DATA_FILE)
+        .map_err(io("checking the data file"))?
+    {
+        let data = storage
+            .open(DATA_FILE, FileKind::Data, false)
+            .map_err(io("opening the data file"))?;
+        let len = data.len().map_err(io("sizing the data file"))?;
+        if !holds_only_an_empty_meta_page(&*data, len)? {
+            found.push(format!("a data file of {len} bytes with content"));
+        }
+    }
+    if found.is_empty() {
+        return Ok(());
+    }
+    Err(Error::corruption(
+        CorruptionSite::Environment,
+        format!(
+            "header.a and header.b are missing, but the directory holds {}; refusing to \
+             create a new environment over it",
+            found.join(", ")
+        ),
+    ))
+}
+
+/// Whether a data file is what an unfinished creation leaves: at most its first
+/// allocation, holding zeros or the meta page of an empty environment.
+fn holds_only_an_empty_meta_page(data: &dyn StorageFile, len: u64) -> Result<bool> {
+    if len > CREATED_DATA_PAGES * PAGE_SIZE_BYTES as u64 {
+        return Ok(false);
+    }
+    let mut bytes = vec![0u8; len as usize];
+    crate::storage::read_exact_at(data, &mut bytes, 0)
+        .map_err(|e| Error::io("reading the data file", e))?;
+    let (first, rest) = bytes.split_at(PAGE_SIZE_BYTES.min(bytes.len()));
+    // Creation's only write may be torn: each sector is zeros or what creation wrote.
+    let sector = crate::limits::SECTOR_SIZE_BYTES;
+    let expected = empty_meta_page();
+    let meta_or_torn = first
+        .chunks(sector)
+        .zip(expected.chunks(sector))
+        .all(|(found, written)| found == &written[..found.len()] || found.iter().all(|&b| b == 0));
+    Ok(meta_or_torn && rest.iter().all(|&b| b == 0))
+}
+
+/// The meta page of an empty environment, sealed.
+fn empty_meta_page() -> Vec<u8> {
+    let mut page = vec![0u8; PAGE_SIZE_BYTES];
+    init(&mut page, META_PAGE_NUMBER, PageKind::Meta);
+    Meta::empty().encode(&mut page);
+    seal(&mut page, META_PAGE_NUMBER);
+    page
 }
 
 /// Every journal before `current` is covered by the durable header: keep a couple for

@@ -152,8 +152,21 @@ impl Scenario {
     fn run(&self, damage: impl FnOnce(&SimStorage)) -> Outcome {
         let disk = self.base.power_cut(Damage::KeepAll);
         damage(&disk);
+        let before = disk.files();
         let result = catch_unwind(AssertUnwindSafe(|| {
-            let env = Environment::open_with_storage(Arc::new(disk), self.options.clone())?;
+            let env = match Environment::open_with_storage(
+                Arc::new(disk.clone()),
+                self.options.clone(),
+            ) {
+                Ok(env) => env,
+                Err(e) => {
+                    // A failed open must leave every file exactly as it found it.
+                    if disk.files() != before {
+                        return Ok(Err(format!("the failed open changed files ({e})")));
+                    }
+                    return Err(e);
+                }
+            };
             let rtx = env.begin_read()?;
             // Point lookups take other paths through the trees than iteration does.
             for (tree, entries) in &self.model {
@@ -179,7 +192,9 @@ impl Scenario {
             Ok(Err(e)) => Outcome::WrongError(e.to_string()),
             Ok(Ok(Ok(()))) => Outcome::Clean,
             // A snapshot error text carries the engine's error; corruption is detection.
-            Ok(Ok(Err(e))) if e.contains("corruption") => Outcome::Detected,
+            Ok(Ok(Err(e))) if e.contains("corruption") && !e.contains("failed open") => {
+                Outcome::Detected
+            }
             Ok(Ok(Err(e))) => Outcome::Silent(e),
         }
     }

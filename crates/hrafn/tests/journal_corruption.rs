@@ -238,6 +238,9 @@ impl Scenario {
         for (file, offset, bytes) in &changes {
             disk.write_raw(file, *offset, bytes).expect("damage");
         }
+        // Opens expected to fail are the ones whose files to compare (any other failed open
+        // is a failure already).
+        let before = matches!(expect, Expect::Hole).then(|| disk.files());
         let outcome = catch_unwind(AssertUnwindSafe(|| {
             match Environment::open_with_storage(Arc::new(disk.clone()), self.options.clone()) {
                 Ok(env) => {
@@ -248,6 +251,16 @@ impl Scenario {
                 Err(e) => Err(e),
             }
         }));
+        if matches!(outcome, Ok(Err(_)))
+            && let Some(before) = before
+            && disk.files() != before
+        {
+            tally.other += 1;
+            tally.note(format!(
+                "seed {:#x} {what}: the failed open changed files",
+                self.seed
+            ));
+        }
         tally.states += 1;
         let context = || format!("seed {:#x} {what}: expected {expect:?}", self.seed);
         match (expect, outcome) {
@@ -425,7 +438,8 @@ fn every_journal_damage_is_a_clean_prefix_or_a_hole() {
     let line = format!(
         "journal-corruption: {} damaged journals ({} bit flips, {} zeroed sectors, {} \
          old-generation sectors; {} holes, {} torn tails, {} harmless), {} applied wrongly, {} \
-         undetected holes, {} failed opens, {} check failures, {} panics, seed {base:#x}, \
+         undetected holes, {} failed opens, {} check failures, {} failed opens that changed files, {} \
+         panics, seed {base:#x}, \
          {:.1}s",
         tally.states,
         counts.0,
@@ -438,6 +452,7 @@ fn every_journal_damage_is_a_clean_prefix_or_a_hole() {
         tally.holes,
         tally.failed_opens,
         tally.check_failures,
+        tally.other,
         tally.panics,
         started.elapsed().as_secs_f64()
     );

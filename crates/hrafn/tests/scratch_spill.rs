@@ -43,6 +43,11 @@ fn assert_round(env: &Environment, rtx: &hrafn::ReadTxn<'_>, round: u32) {
 #[test]
 fn a_long_reader_spills_scratch_to_files_that_go_when_it_ends() {
     let dir = tempfile::tempdir().expect("tempdir");
+    let options = Options {
+        scratch_memory_bytes: 1 << 20,
+        ..common::small_options()
+    };
+    drop(Environment::open(dir.path(), options.clone()).expect("create"));
     // A user's file where scratch files live, and one a crashed process left.
     std::fs::create_dir_all(dir.path().join("scratch")).expect("mkdir");
     std::fs::write(dir.path().join("scratch/notes.txt"), b"mine").expect("write");
@@ -51,10 +56,6 @@ fn a_long_reader_spills_scratch_to_files_that_go_when_it_ends() {
         b"left by a crash",
     )
     .expect("write");
-    let options = Options {
-        scratch_memory_bytes: 1 << 20,
-        ..common::small_options()
-    };
     let env = Environment::open(dir.path(), options).expect("open");
     assert!(
         !dir.path()

@@ -6,14 +6,18 @@
 //! valid record of the same generation may follow anywhere later (that would be a hole:
 //! `Corruption`, never a silent truncation). Replay writes the final version of every touched
 //! page; diffs carry only new bytes, so replaying again after a crash in recovery gives the
-//! same pages.
+//! same pages. Replay and [`validate`] only read: the caller writes nothing (no page, no
+//! header, no journal retired) until both have passed.
 
 use super::diff::DiffReader;
 use super::record::{FLAG_BUFFERED, FLAG_COMPRESSED, RECORD_HEADER_SIZE_BYTES, RecordHeader};
 use super::writer::{journal_file_name, parse_journal_file_name};
 use crate::error::{CorruptionSite, Error, Result};
+use crate::freespace;
 use crate::header::Header;
 use crate::limits::{JOURNAL_ALIGN_BYTES, PAGE_SIZE_BYTES};
+use crate::meta::{META_PAGE_NUMBER, Meta};
+use crate::page::{PageKind, corrupt, span_pages, verify};
 use crate::storage::{FileKind, Storage, StorageFile, read_exact_at};
 use std::collections::BTreeMap;
 use std::io;
@@ -100,6 +104,136 @@ pub fn replay(storage: &dyn Storage, header: &Header, data: &dyn StorageFile) ->
         }
     }
     Ok(out)
+}
+
+/// Checks the state replay recovered before anything is written: the meta page, the
+/// free-space pages it lists, and every replayed page or run that is in use (page number
+/// and checksum), reading the pages replay did not touch from the data file. A replayed
+/// page the map counts free is skipped: it may be a stale part of a freed run. Calls
+/// `on_run` with each checked run in use (first page number, bytes) and returns the meta.
+///
+/// # Errors
+/// [`Error::Corruption`] naming the page; I/O errors reading the data file.
+pub fn validate(
+    replayed: &Replayed,
+    data: &dyn StorageFile,
+    mut on_run: impl FnMut(u64, Vec<u8>),
+) -> Result<Meta> {
+    let data_len = data
+        .len()
+        .map_err(|e| Error::io("sizing the data file", e))?;
+    let pages = RecoveredPages {
+        replayed,
+        data,
+        data_len,
+    };
+    let meta = Meta::decode(&pages.checked(META_PAGE_NUMBER)?)?;
+    // Recovery grows the data file to the replayed end before it writes pages.
+    let mut page_count = data_len / PAGE_SIZE_BYTES as u64;
+    if replayed.record_count > 0 {
+        page_count = page_count.max(replayed.next_page_number);
+    }
+    if meta.next_page_number > page_count {
+        return Err(Error::corruption(
+            CorruptionSite::Environment,
+            format!(
+                "data file holds {page_count} pages, the meta page counts {}",
+                meta.next_page_number
+            ),
+        ));
+    }
+    let mut directories = BTreeMap::new();
+    for &page_number in &meta.directories {
+        let page = pages.checked(page_number)?;
+        if crate::page::kind(&page, page_number)? != PageKind::FreeDirectory {
+            return Err(corrupt(
+                page_number,
+                "listed directory is not a directory page",
+            ));
+        }
+        directories.insert(page_number, page);
+    }
+    let mut bitmaps: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
+    let mut is_free = |page_number: u64| -> Result<bool> {
+        let (section, bit) = freespace::locate(page_number);
+        if section >= meta.section_count {
+            return Ok(false); // the map never covered it: in use
+        }
+        if let std::collections::btree_map::Entry::Vacant(slot) = bitmaps.entry(section) {
+            let (directory, entry) = freespace::locate_section(section);
+            let directory_page = meta.directories[directory];
+            let entry = freespace::read_entry(
+                &directories[&directory_page],
+                directory_page,
+                entry,
+                meta.next_page_number,
+            )?;
+            let bitmap = pages.checked(entry.bitmap_page)?;
+            if crate::page::kind(&bitmap, entry.bitmap_page)? != PageKind::Bitmap {
+                return Err(corrupt(
+                    entry.bitmap_page,
+                    "listed bitmap is not a bitmap page",
+                ));
+            }
+            slot.insert(bitmap);
+        }
+        Ok(freespace::is_free(&bitmaps[&section], bit))
+    };
+    let mut covered_end = 0;
+    for (&page_number, head) in &replayed.pages {
+        if page_number < covered_end
+            || page_number >= meta.next_page_number
+            || is_free(page_number)?
+        {
+            continue;
+        }
+        let span = span_pages(head, page_number)?;
+        if page_number + span > meta.next_page_number {
+            return Err(corrupt(page_number, "page run past the end of the file"));
+        }
+        let run = pages.run(page_number, span)?;
+        verify(&run, page_number)?;
+        covered_end = page_number + span;
+        on_run(page_number, run);
+    }
+    Ok(meta)
+}
+
+/// Pages as recovery leaves them: the replayed version, else the data file's.
+struct RecoveredPages<'a> {
+    replayed: &'a Replayed,
+    data: &'a dyn StorageFile,
+    data_len: u64,
+}
+
+impl RecoveredPages<'_> {
+    fn run(&self, first: u64, count: u64) -> Result<Vec<u8>> {
+        let len = usize::try_from(count)
+            .ok()
+            .and_then(|c| c.checked_mul(PAGE_SIZE_BYTES))
+            .ok_or_else(|| corrupt(first, "page run too long"))?;
+        let mut run = vec![0u8; len];
+        for (i, page) in run.chunks_exact_mut(PAGE_SIZE_BYTES).enumerate() {
+            let page_number = first + i as u64;
+            if let Some(replayed) = self.replayed.pages.get(&page_number) {
+                page.copy_from_slice(replayed);
+            } else {
+                let at = page_number * PAGE_SIZE_BYTES as u64;
+                if at + PAGE_SIZE_BYTES as u64 <= self.data_len {
+                    read_exact_at(self.data, page, at)
+                        .map_err(|e| Error::io("reading a data page", e))?;
+                }
+            }
+        }
+        Ok(run)
+    }
+
+    /// One page, its checksum verified.
+    fn checked(&self, page_number: u64) -> Result<Vec<u8>> {
+        let page = self.run(page_number, 1)?;
+        verify(&page, page_number)?;
+        Ok(page)
+    }
 }
 
 type JournalFile = (Arc<dyn StorageFile>, u64);

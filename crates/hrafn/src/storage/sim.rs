@@ -1024,6 +1024,19 @@ impl SimStorage {
             .collect()
     }
 
+    /// Every file's live image by name (to compare a directory before and after an
+    /// operation). Not an operation.
+    #[must_use]
+    pub fn files(&self) -> std::collections::BTreeMap<String, Vec<u8>> {
+        self.file_names()
+            .into_iter()
+            .map(|name| {
+                let bytes = self.read_file(&name).expect("a listed file exists");
+                (name, bytes)
+            })
+            .collect()
+    }
+
     /// Flips bit `bit_offset` (bit 0 is the low bit of byte 0) of file `name`, in the live
     /// and (where it is that long) the durable image. Not an operation; must not run while
     /// a mapping of the file is read.
