@@ -9,7 +9,9 @@ use crate::limits::PAGE_SIZE_BYTES;
 use crate::meta::{META_PAGE_NUMBER, Meta};
 use crate::page::{PageKind, init, seal};
 use crate::scratch::{Ptt, ScratchUsage};
-use crate::storage::{FileKind, FileStorage, Storage, StorageEvent, StorageFile, write_all_at};
+use crate::storage::{
+    FileKind, FileStorage, ProcessReaders, Storage, StorageEvent, StorageFile, write_all_at,
+};
 use crate::txn::merge::{self, Merger, WriteBatch};
 use crate::txn::readers::ReaderTable;
 use crate::txn::state::{DataView, State};
@@ -209,8 +211,9 @@ pub(crate) struct EnvInner {
     pub state: ArcSwap<State>,
     pub readers: ReaderTable,
     pub writer: Mutex<WriterCore>,
-    /// The journal writer; records are appended in transaction order (`journal_turn`).
-    pub journal: Mutex<JournalWriter>,
+    /// The journal writer (none when read-only); records are appended in transaction
+    /// order (`journal_turn`).
+    pub journal: Mutex<Option<JournalWriter>>,
     pub journal_turn: parking_lot::Condvar,
     /// The state of the last prepared transaction while its record is being written: the
     /// next write transaction builds on it (pipelined commit).
@@ -222,7 +225,7 @@ pub(crate) struct EnvInner {
     pub data_file: Arc<dyn StorageFile>,
     pub journal_index: Mutex<JournalIndex>,
     /// The journal file being written, for the flusher's write-ahead sync in buffered mode.
-    pub journal_file: Mutex<Arc<dyn StorageFile>>,
+    pub journal_file: Mutex<Option<Arc<dyn StorageFile>>>,
     pub current_journal: AtomicU64,
     pub usage: Arc<ScratchUsage>,
     pub poison: Mutex<Option<String>>,
@@ -232,7 +235,87 @@ pub(crate) struct EnvInner {
     pub data_allocated_bytes: AtomicU64,
     pub flusher: Flusher,
     pub merger: Merger,
-    _lock: Box<dyn std::any::Any + Send + Sync>,
+    pub access: Access,
+}
+
+/// How an environment holds its directory.
+pub(crate) enum Access {
+    /// The one writer: holds the writer's lock, and reads the table of reader processes
+    /// (`None` where the storage is not shared between processes).
+    Writer {
+        process_readers: Option<Arc<dyn ProcessReaders>>,
+        _lock: Box<dyn std::any::Any + Send + Sync>,
+    },
+    /// Read-only: holds a slot in the table of reader processes for its snapshot.
+    ReadOnly { _slot: Option<ProcessSlot> },
+}
+
+/// What an open hands to [`EnvInner::new`]; the writer adds its journal afterwards.
+struct Opened {
+    storage: Arc<dyn Storage>,
+    options: Options,
+    state: State,
+    data_file: Arc<dyn StorageFile>,
+    header: Header,
+    data_len: u64,
+    writer: WriterCore,
+    usage: Arc<ScratchUsage>,
+    access: Access,
+    recovered_records: u64,
+    opening: std::time::Instant,
+}
+
+impl EnvInner {
+    fn new(o: Opened) -> EnvInner {
+        let inner = EnvInner {
+            storage: o.storage,
+            state: ArcSwap::from_pointee(o.state),
+            readers: ReaderTable::new(o.options.readers_max),
+            writer: Mutex::new(o.writer),
+            journal: Mutex::new(None),
+            journal_turn: parking_lot::Condvar::new(),
+            commits_in_flight: AtomicU64::new(0),
+            pending_state: Mutex::new(None),
+            publish: Mutex::new(()),
+            data_file: o.data_file,
+            journal_index: Mutex::new(JournalIndex::default()),
+            journal_file: Mutex::new(None),
+            current_journal: AtomicU64::new(0),
+            usage: o.usage,
+            poison: Mutex::new(None),
+            counters: Counters::default(),
+            flush_book: Mutex::new(FlushBook::new(o.header, o.data_len)),
+            data_allocated_bytes: AtomicU64::new(o.data_len),
+            flusher: Flusher::default(),
+            merger: Merger::default(),
+            options: o.options,
+            access: o.access,
+        };
+        let c = &inner.counters;
+        c.recovered_records
+            .store(o.recovered_records, Ordering::Relaxed);
+        c.open_ms
+            .store(o.opening.elapsed().as_millis() as u64, Ordering::Relaxed);
+        inner
+    }
+
+    /// Refuses writes on a read-only environment.
+    pub fn check_writable(&self) -> Result<()> {
+        match self.access {
+            Access::Writer { .. } => Ok(()),
+            Access::ReadOnly { .. } => Err(Error::ReadOnly),
+        }
+    }
+
+    /// The table of reader processes a writer must respect.
+    pub fn process_readers(&self) -> Option<&dyn ProcessReaders> {
+        match &self.access {
+            Access::Writer {
+                process_readers, ..
+            } => process_readers.as_deref(),
+            Access::ReadOnly { .. } => None,
+        }
+    }
 }
 
 impl EnvInner {
@@ -285,16 +368,7 @@ impl Environment {
     /// As [`Environment::open`].
     pub fn open_with_storage(storage: Arc<dyn Storage>, options: Options) -> Result<Environment> {
         let opening = std::time::Instant::now();
-        if options.readers_max == 0
-            || options.journal_file_size_bytes < 64 * 1024
-            || options.merge_queue_max_requests == 0
-            || options.merge_batch_max_requests == 0
-        {
-            return Err(Error::InvalidArgument(
-                "readers_max and merge limits must be positive, journal files at least 64 KiB"
-                    .into(),
-            ));
-        }
+        validate_options(&options)?;
         let lock = storage.lock().map_err(|e| {
             if e.kind() == std::io::ErrorKind::WouldBlock {
                 Error::Locked
@@ -302,6 +376,9 @@ impl Environment {
                 Error::io("locking", e)
             }
         })?;
+        let process_readers = storage
+            .process_readers()
+            .map_err(|e| Error::io("opening the reader-process table", e))?;
         let header = match header::read_newest(&*storage)? {
             Some(h) => h,
             None => {
@@ -309,19 +386,20 @@ impl Environment {
                 create(&*storage)?
             }
         };
-        let data_file = storage
-            .open(DATA_FILE, FileKind::Data, false)
-            .map_err(|e| match e.kind() {
-                std::io::ErrorKind::NotFound => {
-                    Error::corruption(CorruptionSite::Environment, "data file missing")
-                }
-                _ => Error::io("opening the data file", e),
-            })?;
+        let data_file = open_data_file(&*storage)?;
 
         // Recovery reads and checks everything before it changes anything, so an open that
         // fails leaves every file as it was.
         let replayed = recovery::replay(&*storage, &header, &*data_file)?;
         recovery::validate(&replayed, &*data_file, |_, _| {})?;
+        let phase = DataWritePhase::begin(process_readers.as_deref())?;
+        if replayed.record_count > 0
+            && let Some(oldest) = phase.oldest_process_reader()?
+            && oldest < replayed.last_txn_id
+        {
+            // Writing the replayed pages would change pages under its snapshot.
+            return Err(Error::Locked);
+        }
         crate::scratch::spill::remove_leftovers(&*storage)
             .map_err(|e| Error::io("removing scratch files of an earlier process", e))?;
         // Write the replayed pages, sync, then a header that no longer needs them.
@@ -366,6 +444,7 @@ impl Environment {
             &journal_index,
             replayed.last_txn_id,
         )?;
+        phase.end()?;
         let durable = options.durability == Durability::Immediate;
         let journal = JournalWriter::start(
             Arc::clone(&storage),
@@ -406,41 +485,109 @@ impl Environment {
         let journal_file = journal.current_file();
         let writer = WriterCore::new(replayed.last_txn_id, &state, &meta)?;
         let inner = Arc::new(EnvInner {
-            storage,
-            state: ArcSwap::from_pointee(state),
-            readers: ReaderTable::new(options.readers_max),
-            writer: Mutex::new(writer),
-            journal: Mutex::new(journal),
-            journal_turn: parking_lot::Condvar::new(),
-            commits_in_flight: AtomicU64::new(0),
-            pending_state: Mutex::new(None),
-            publish: Mutex::new(()),
-            data_file,
-            journal_index,
-            journal_file: Mutex::new(journal_file),
+            journal: Mutex::new(Some(journal)),
+            journal_file: Mutex::new(Some(journal_file)),
             current_journal: AtomicU64::new(next_journal),
-            usage: Arc::new(ScratchUsage::default()),
-            poison: Mutex::new(None),
-            counters: Counters::default(),
-            flush_book: Mutex::new(FlushBook::new(new_header, data_len)),
-            data_allocated_bytes: AtomicU64::new(data_len),
-            flusher: Flusher::default(),
-            merger: Merger::default(),
-            options,
-            _lock: lock,
+            journal_index,
+            ..EnvInner::new(Opened {
+                storage,
+                options,
+                state,
+                data_file,
+                header: new_header,
+                data_len,
+                writer,
+                usage: Arc::new(ScratchUsage::default()),
+                access: Access::Writer {
+                    process_readers,
+                    _lock: lock,
+                },
+                recovered_records: replayed.record_count,
+                opening,
+            })
         });
-        inner
-            .counters
-            .recovered_records
-            .store(replayed.record_count, Ordering::Relaxed);
-        inner
-            .counters
-            .open_ms
-            .store(opening.elapsed().as_millis() as u64, Ordering::Relaxed);
         let flusher_thread = crate::flush::spawn(Arc::clone(&inner))?;
         Ok(Environment {
             inner,
             flusher_thread: Some(flusher_thread),
+        })
+    }
+
+    /// Opens the environment in directory `path` read-only: recovery runs in memory and
+    /// nothing in the directory changes but this process's slot in the `LOCK` file. It
+    /// can open an environment another process has open for writing; it sees the state of
+    /// the last durable commit at the time it opens (reopen to see later ones), and while
+    /// it is open that process's flusher keeps newer page versions in scratch (as for a
+    /// long-lived reader).
+    ///
+    /// # Errors
+    /// [`Error::Corruption`] when there is no environment in `path` or its files are
+    /// damaged; [`Error::ReadersFull`] when 64 processes hold read-only snapshots; I/O
+    /// errors. Writes on it fail with [`Error::ReadOnly`].
+    pub fn open_read_only(path: impl AsRef<Path>, options: Options) -> Result<Environment> {
+        let storage = FileStorage::existing(path.as_ref())
+            .map_err(|e| Error::io(format!("opening {}", path.as_ref().display()), e))?;
+        Environment::open_read_only_with_storage(Arc::new(storage), options)
+    }
+
+    /// [`Environment::open_read_only`] on any [`Storage`].
+    ///
+    /// # Errors
+    /// As [`Environment::open_read_only`].
+    pub fn open_read_only_with_storage(
+        storage: Arc<dyn Storage>,
+        options: Options,
+    ) -> Result<Environment> {
+        let opening = std::time::Instant::now();
+        validate_options(&options)?;
+        let slot = ProcessSlot::claim(&*storage)?;
+        let usage = Arc::new(ScratchUsage::default());
+        let (header, data_file, replayed, meta, runs) = recover_in_memory(&*storage)?;
+        if let Some(slot) = &slot {
+            slot.raise(replayed.last_txn_id)?;
+        }
+        let mut ptt = Ptt::new();
+        for (page_number, run) in runs {
+            ptt.insert(
+                page_number,
+                crate::scratch::PttEntry {
+                    txn_id: replayed.last_txn_id,
+                    first_unflushed_txn_id: replayed.last_txn_id,
+                    buf: Arc::new(crate::scratch::PageBuf::copy_of(&run, &usage)),
+                    index_in_buf: 0,
+                },
+            );
+        }
+        let data_len = data_file
+            .len()
+            .map_err(|e| Error::io("sizing the data file", e))?;
+        // Pages past the snapshot's end are never read; the writer may trim them away.
+        let page_count = (data_len / PAGE_SIZE_BYTES as u64).min(meta.next_page_number);
+        let map = data_file
+            .map(page_count * PAGE_SIZE_BYTES as u64)
+            .map_err(|e| Error::io("mapping the data file", e))?;
+        let state = State {
+            txn_id: replayed.last_txn_id,
+            ptt,
+            data: DataView::new(map, page_count, None),
+        };
+        let writer = WriterCore::new(replayed.last_txn_id, &state, &meta)?;
+        let inner = Arc::new(EnvInner::new(Opened {
+            storage,
+            options,
+            state,
+            data_file,
+            header,
+            data_len,
+            writer,
+            usage,
+            access: Access::ReadOnly { _slot: slot },
+            recovered_records: replayed.record_count,
+            opening,
+        }));
+        Ok(Environment {
+            inner,
+            flusher_thread: None,
         })
     }
 
@@ -458,6 +605,7 @@ impl Environment {
     /// # Errors
     /// [`Error::Poisoned`] after a failed write or sync; corruption of the meta page.
     pub fn begin_write(&self) -> Result<WriteTxn<'_>> {
+        self.inner.check_writable()?;
         WriteTxn::begin(&self.inner)
     }
 
@@ -468,6 +616,7 @@ impl Environment {
     /// [`Error::Conflict`] when an expectation of the batch fails (only this batch fails);
     /// [`Error::Timeout`] when the merge queue stays full; errors of the transaction.
     pub fn write(&self, batch: WriteBatch) -> Result<()> {
+        self.inner.check_writable()?;
         merge::write(&self.inner, batch)
     }
 
@@ -482,6 +631,7 @@ impl Environment {
     where
         F: Fn(&mut WriteTxn<'_>) -> Result<()> + Send + Sync + 'static,
     {
+        self.inner.check_writable()?;
         merge::submit(&self.inner, Box::new(f))
     }
 
@@ -491,6 +641,7 @@ impl Environment {
     /// # Errors
     /// I/O errors (which poison the environment).
     pub fn flush_and_sync(&self) -> Result<()> {
+        self.inner.check_writable()?;
         crate::flush::flush(&self.inner, true)
     }
 
@@ -558,6 +709,9 @@ impl Environment {
 
 impl Drop for Environment {
     fn drop(&mut self) {
+        if self.inner.check_writable().is_err() {
+            return; // read-only: nothing to write back; the slot goes with `inner`
+        }
         self.inner.flusher.shutdown();
         if let Some(handle) = self.flusher_thread.take()
             && handle.join().is_err()
@@ -638,6 +792,183 @@ fn create(storage: &dyn Storage) -> Result<Header> {
         .sync_dir("")
         .map_err(io("syncing the environment directory"))?;
     Ok(header)
+}
+
+fn validate_options(options: &Options) -> Result<()> {
+    if options.readers_max == 0
+        || options.journal_file_size_bytes < 64 * 1024
+        || options.merge_queue_max_requests == 0
+        || options.merge_batch_max_requests == 0
+    {
+        return Err(Error::InvalidArgument(
+            "readers_max and merge limits must be positive, journal files at least 64 KiB".into(),
+        ));
+    }
+    Ok(())
+}
+
+fn open_data_file(storage: &dyn Storage) -> Result<Arc<dyn StorageFile>> {
+    storage
+        .open(DATA_FILE, FileKind::Data, false)
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => {
+                Error::corruption(CorruptionSite::Environment, "data file missing")
+            }
+            _ => Error::io("opening the data file", e),
+        })
+}
+
+/// The writer's data-write phase (see `storage/lock_file.rs`): reader processes that
+/// claim a slot wait for it to end. Ends on drop if not ended explicitly.
+pub(crate) struct DataWritePhase<'a> {
+    readers: Option<&'a dyn ProcessReaders>,
+}
+
+impl<'a> DataWritePhase<'a> {
+    pub(crate) fn begin(readers: Option<&'a dyn ProcessReaders>) -> Result<DataWritePhase<'a>> {
+        if let Some(readers) = readers {
+            readers
+                .begin_data_writes()
+                .map_err(|e| Error::io("marking data writes in the LOCK file", e))?;
+        }
+        Ok(DataWritePhase { readers })
+    }
+
+    /// The oldest snapshot a reader process holds (read inside the phase, so a reader
+    /// that claims its slot later waits for the phase to end).
+    pub(crate) fn oldest_process_reader(&self) -> Result<Option<u64>> {
+        match self.readers {
+            Some(readers) => readers
+                .oldest()
+                .map_err(|e| Error::io("reading the reader-process table", e)),
+            None => Ok(None),
+        }
+    }
+
+    pub(crate) fn end(mut self) -> Result<()> {
+        match self.readers.take() {
+            Some(readers) => readers
+                .end_data_writes()
+                .map_err(|e| Error::io("marking data writes in the LOCK file", e)),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for DataWritePhase<'_> {
+    fn drop(&mut self) {
+        if let Some(readers) = self.readers {
+            // An error path: a reader process waits for the writer to end the phase or die.
+            let _ = readers.end_data_writes();
+        }
+    }
+}
+
+/// A read-only environment's slot in the table of reader processes; freed on drop.
+pub(crate) struct ProcessSlot {
+    readers: Arc<dyn ProcessReaders>,
+    slot: usize,
+}
+
+impl ProcessSlot {
+    /// Claims a slot before anything is read (`None` where the storage is not shared
+    /// between processes), at transaction 0 until the snapshot is known, and waits for a
+    /// data-write phase that may have missed it.
+    fn claim(storage: &dyn Storage) -> Result<Option<ProcessSlot>> {
+        let Some(readers) = storage
+            .process_readers()
+            .map_err(|e| Error::io("opening the reader-process table", e))?
+        else {
+            return Ok(None);
+        };
+        let slot = readers.claim(0).map_err(|e| match e.kind() {
+            std::io::ErrorKind::WouldBlock => Error::ReadersFull {
+                readers_max: crate::storage::lock_file::PROCESS_READERS_MAX,
+            },
+            _ => Error::io("claiming a reader-process slot", e),
+        })?;
+        let slot = ProcessSlot { readers, slot };
+        slot.readers
+            .wait_for_data_writes()
+            .map_err(|e| Error::io("waiting for the writer's data writes", e))?;
+        Ok(Some(slot))
+    }
+
+    fn raise(&self, txn_id: u64) -> Result<()> {
+        self.readers
+            .raise(self.slot, txn_id)
+            .map_err(|e| Error::io("raising a reader-process slot", e))
+    }
+}
+
+impl Drop for ProcessSlot {
+    fn drop(&mut self) {
+        self.readers.release(self.slot);
+    }
+}
+
+/// What an in-memory recovery found.
+type InMemory = (
+    Header,
+    Arc<dyn StorageFile>,
+    recovery::Replayed,
+    Meta,
+    Vec<(u64, Vec<u8>)>,
+);
+
+/// Recovery without writing: replays and validates, keeping the replayed pages in use.
+/// A writer in another process may sync meanwhile and retire the journals being read (the
+/// header's revision tells), or be appending the record at the end of the log (which can
+/// look like a hole for a moment): then recovery starts over. Damage that stays fails
+/// every attempt.
+fn recover_in_memory(storage: &dyn Storage) -> Result<InMemory> {
+    /// Attempts while the header keeps changing.
+    const ATTEMPTS: u32 = 100;
+    /// Attempts that fail with the same header before the error is believed.
+    const FAILED_ATTEMPTS: u32 = 5;
+    let mut attempt = 0;
+    let mut failed = 0;
+    loop {
+        attempt += 1;
+        let Some(header) = header::read_newest(storage)? else {
+            return Err(Error::corruption(
+                CorruptionSite::Environment,
+                "no environment here: header.a and header.b are missing",
+            ));
+        };
+        let recovered = open_data_file(storage).and_then(|data_file| {
+            let replayed = recovery::replay(storage, &header, &*data_file)?;
+            let mut runs = Vec::new();
+            let meta = recovery::validate(&replayed, &*data_file, |page_number, run| {
+                runs.push((page_number, run));
+            })?;
+            Ok((data_file, replayed, meta, runs))
+        });
+        let unchanged =
+            header::read_newest(storage)?.is_some_and(|h| h.revision == header.revision);
+        match recovered {
+            Ok((data_file, replayed, meta, runs)) if unchanged => {
+                return Ok((header, data_file, replayed, meta, runs));
+            }
+            Err(e) => {
+                failed += u32::from(unchanged);
+                if failed == FAILED_ATTEMPTS || attempt >= ATTEMPTS {
+                    return Err(e);
+                }
+            }
+            Ok(_) if attempt >= ATTEMPTS => {
+                return Err(Error::Timeout {
+                    what: format!(
+                        "a moment between the writer's syncs to read the journals \
+                         ({ATTEMPTS} attempts)"
+                    ),
+                    waited_ms: 0,
+                });
+            }
+            Ok(_) => {}
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
 }
 
 /// With no header, the directory is new or holds what a creation that never finished left:

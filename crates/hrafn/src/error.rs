@@ -57,7 +57,9 @@ pub enum Error {
     /// Any other I/O failure, with what the engine was doing.
     #[error("I/O error while {context}: {source}")]
     Io { context: String, source: io::Error },
-    /// Another handle (in this or another process) holds the environment's lock.
+    /// Another handle (in this or another process) has the environment open for writing;
+    /// or, at a writable open that must replay the journal, a read-only process holds a
+    /// snapshot older than the journal's end (replay would change pages under it).
     #[error("environment is locked by another opener")]
     Locked,
     /// A key is longer than [`crate::limits::KEY_SIZE_MAX_BYTES`].
@@ -125,6 +127,9 @@ pub enum Error {
     /// Invalid argument or option.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// A write on an environment opened with [`crate::Environment::open_read_only`].
+    #[error("the environment is open read-only")]
+    ReadOnly,
 }
 
 impl Error {
@@ -168,6 +173,7 @@ impl Error {
                 context: context.clone(),
             },
             Error::Locked => Error::Locked,
+            Error::ReadOnly => Error::ReadOnly,
             Error::KeyTooLarge {
                 size_bytes,
                 limit_bytes,

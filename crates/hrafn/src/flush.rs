@@ -9,7 +9,7 @@
 //! data file holds its version as of `S` or the journal after `S` rebuilds it: `S` stays
 //! below the oldest version still waiting in scratch (`first_unflushed_txn_id`).
 
-use crate::env::{Durability, EnvInner, Options};
+use crate::env::{DataWritePhase, Durability, EnvInner, Options};
 use crate::error::{Error, Result};
 use crate::header::{self, Header};
 use crate::journal::{JournalIndex, journal_file_name, spare};
@@ -268,8 +268,13 @@ impl SpareMaker {
 pub(crate) fn flush(inner: &EnvInner, then_sync: bool) -> Result<()> {
     inner.check_poison()?;
     let mut book = inner.flush_book.lock();
+    // Reader processes wait for this phase to end before they read; later phases see them.
+    let phase = DataWritePhase::begin(inner.process_readers())?;
     let state = inner.state.load_full();
-    let bound = inner.readers.oldest(state.txn_id);
+    let mut bound = inner.readers.oldest(state.txn_id);
+    if let Some(oldest) = phase.oldest_process_reader()? {
+        bound = bound.min(oldest);
+    }
     let batch: Vec<(u64, u64)> = state
         .ptt
         .iter()
@@ -283,7 +288,7 @@ pub(crate) fn flush(inner: &EnvInner, then_sync: bool) -> Result<()> {
     if then_sync {
         sync(inner, &mut book)?;
     }
-    Ok(())
+    phase.end()
 }
 
 /// Moves committed copies that must stay in scratch into scratch files while scratch
@@ -331,7 +336,7 @@ fn write_batch(
     };
     // Write-ahead rule: the records of these versions are durable before any data byte.
     if inner.options.durability == Durability::None {
-        let file = Arc::clone(&*inner.journal_file.lock());
+        let file = inner.journal_file.lock().clone().ok_or(Error::ReadOnly)?;
         file.sync_data()
             .map_err(|e| fail(Error::io("syncing the journal before a flush", e)))?;
         // Every record up to this state's is durable now (the write-ahead checker in tests

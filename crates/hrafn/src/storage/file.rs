@@ -31,6 +31,22 @@ impl FileStorage {
         })
     }
 
+    /// Uses `root`, which must exist already (for read-only opens, which create nothing).
+    ///
+    /// # Errors
+    /// `NotFound` if there is no such directory.
+    pub fn existing(root: impl AsRef<Path>) -> io::Result<FileStorage> {
+        if !fs::metadata(root.as_ref())?.is_dir() {
+            return Err(io::Error::new(
+                io::ErrorKind::NotADirectory,
+                "not a directory",
+            ));
+        }
+        Ok(FileStorage {
+            root: root.as_ref().to_path_buf(),
+        })
+    }
+
     fn path(&self, name: &str) -> PathBuf {
         if name.is_empty() {
             self.root.clone()
@@ -96,17 +112,14 @@ impl Storage for FileStorage {
     }
 
     fn lock(&self) -> io::Result<Box<dyn Any + Send + Sync>> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(self.path("LOCK"))?;
-        // flock locks belong to the open file description, so a second open in this same
-        // process conflicts too, which is what we want.
-        rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive)
-            .map_err(io::Error::from)?;
+        let file = super::lock_file::lock_writer(&self.path(super::lock_file::LOCK_FILE))?;
         Ok(Box::new(file))
+    }
+
+    fn process_readers(&self) -> io::Result<Option<Arc<dyn super::ProcessReaders>>> {
+        let table =
+            super::lock_file::LockFileReaders::open(&self.path(super::lock_file::LOCK_FILE))?;
+        Ok(Some(Arc::new(table)))
     }
 }
 

@@ -14,6 +14,7 @@
 
 mod file;
 mod io_loop;
+pub mod lock_file;
 pub mod sim;
 
 pub use file::FileStorage;
@@ -61,6 +62,33 @@ pub trait Storage: Send + Sync + 'static {
     /// Reports an engine event, so a simulated disk can check ordering rules (write-ahead).
     /// Real storage ignores it.
     fn note(&self, _event: StorageEvent) {}
+    /// The table of processes holding a read-only snapshot of this environment, where
+    /// other processes can share the directory (`None` for the simulated disk).
+    fn process_readers(&self) -> io::Result<Option<Arc<dyn ProcessReaders>>> {
+        Ok(None)
+    }
+}
+
+/// Processes that hold a read-only snapshot of the environment (see `storage/lock_file.rs`
+/// for the protocol). The writer's flusher writes no page version newer than the oldest.
+pub trait ProcessReaders: Send + Sync {
+    /// Claims a slot for a snapshot of at least `floor_txn_id`, held until
+    /// [`ProcessReaders::release`] or the process ends. `WouldBlock` when all are taken.
+    fn claim(&self, floor_txn_id: u64) -> io::Result<usize>;
+    /// Raises a claimed slot to the transaction its snapshot reads.
+    fn raise(&self, slot: usize, floor_txn_id: u64) -> io::Result<()>;
+    /// Frees a slot.
+    fn release(&self, slot: usize);
+    /// The oldest snapshot a live reader process holds.
+    fn oldest(&self) -> io::Result<Option<u64>>;
+    /// The writer starts writing data pages, a header, or retiring journals; it reads
+    /// [`ProcessReaders::oldest`] after this.
+    fn begin_data_writes(&self) -> io::Result<()>;
+    /// The writer is done with them.
+    fn end_data_writes(&self) -> io::Result<()>;
+    /// A reader that has claimed its slot waits for a phase that began before (and so may
+    /// not have seen the slot) to end.
+    fn wait_for_data_writes(&self) -> io::Result<()>;
 }
 
 /// Engine events reported to [`Storage::note`], for rule checking in tests.

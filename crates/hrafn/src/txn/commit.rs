@@ -77,12 +77,13 @@ impl Prepared<'_> {
 
     fn append_and_publish(&mut self) -> Result<()> {
         let env = self.env;
-        let mut journal = env.journal.lock();
-        while journal.last_txn_id() + 1 != self.txn_id {
+        let mut guard = env.journal.lock();
+        while guard.as_ref().ok_or(Error::ReadOnly)?.last_txn_id() + 1 != self.txn_id {
             env.check_poison()?;
-            env.journal_turn.wait(&mut journal);
+            env.journal_turn.wait(&mut guard);
         }
         env.check_poison()?;
+        let journal = guard.as_mut().expect("checked in the loop");
         let (bytes_before, number_before) = (journal.bytes_written, journal.journal_number());
         let payload_bytes = self.record.payload().len() as u64;
         let appended = journal.append(self.header, &mut self.record, &env.journal_index);
@@ -91,7 +92,7 @@ impl Prepared<'_> {
             return Err(error);
         }
         if journal.journal_number() != number_before {
-            *env.journal_file.lock() = journal.current_file();
+            *env.journal_file.lock() = Some(journal.current_file());
             env.current_journal
                 .store(journal.journal_number(), Ordering::SeqCst);
             env.flusher.journal_rotated();
@@ -122,7 +123,7 @@ impl Prepared<'_> {
             }));
         }
         // Still under the journal lock: publishes happen in transaction order too.
-        drop(journal);
+        drop(guard);
         // Once published, the pending copy would only pin scratch the flusher could free.
         let mut pending = env.pending_state.lock();
         if pending.as_ref().is_some_and(|p| p.txn_id == self.txn_id) {

@@ -101,6 +101,7 @@ pub struct WriteTxn<'env> {
 
 impl<'env> WriteTxn<'env> {
     pub(crate) fn begin(env: &'env EnvInner) -> Result<WriteTxn<'env>> {
+        env.check_writable()?;
         env.check_poison()?;
         let core = env.writer.lock();
         env.check_poison()?;
