@@ -37,14 +37,19 @@ fn crash_case(plan: &Plan, op: u64) -> Tally {
     let sim = SimStorage::new(seed);
     sim.crash_at(op);
     let run = execute(plan, Arc::new(sim.clone()));
-    tally.spares_used = run.spares_used;
-    // With the flusher on its own a run may take fewer operations: then cut it at the end.
-    if !sim.is_frozen() && !racy(plan) {
-        tally.fail(format!(
-            "workload seed {seed:#x} op {op}: the run ended before the crash point"
-        ));
+    if !sim.is_frozen() {
+        // With the flusher on its own a run may take fewer operations: that point was never
+        // reached, and its end state is no crash state.
+        if racy(plan) {
+            tally.unreached += 1;
+        } else {
+            tally.fail(format!(
+                "workload seed {seed:#x} op {op}: the run ended before the crash point"
+            ));
+        }
         return tally;
     }
+    tally.spares_used = run.spares_used;
     if let Some(error) = &run.error
         && !run.power_loss
     {
@@ -196,12 +201,15 @@ fn power_loss_at_every_operation() {
     let line = format!(
         "power-loss: {} crash states ({} workloads, {total} crash points; plus {} with the \
          background flusher, whose runs moved into {spares_used} spare journals before the \
-         cut), \
+         cut, from {} sampled crash points reached and {} skipped as past the end of their \
+         run), \
          {} lost, {} phantom, {} holes, {} failed opens, {} check failures, {} violations, \
          {} panics, {} other, seed {base:#x}, {:.1}s",
         deterministic_states,
         plans.len(),
         tally.states - deterministic_states,
+        (tally.states - deterministic_states) / DAMAGE_VARIANTS.len() as u64,
+        tally.unreached,
         tally.lost,
         tally.phantom,
         tally.holes,

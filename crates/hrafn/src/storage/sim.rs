@@ -27,7 +27,9 @@
 //! disk a reboot would find: the durable images and namespace, plus each pending change
 //! according to a [`Damage`] variant (dropped, kept, or, under [`Damage::Random`], torn at
 //! 512-byte sector granularity). `power_cut(Damage::KeepAll)` is also what a process crash
-//! (`kill -9`) without power loss leaves behind.
+//! (`kill -9`) without power loss leaves behind. Where threads race for the disk,
+//! [`SimStorage::crash_at_watched_op`] cuts power at an operation of one named thread (the
+//! flusher, say) instead, and [`SimStorage::crash_point`] tells which operation it was.
 //!
 //! # Faults
 //! Operations are numbered from 0 in call order: every call of a [`Storage`] or
@@ -279,6 +281,8 @@ struct State {
     faults: Vec<PlannedFault>,
     sticky: Vec<(OpClass, Fault)>,
     short_writes: bool,
+    /// How long a write through a `JournalDurable` handle takes at least.
+    journal_write_latency: std::time::Duration,
     short_reads: bool,
     inodes: BTreeMap<u64, Inode>,
     next_inode: u64,
@@ -288,6 +292,24 @@ struct State {
     locked: bool,
     wal: Wal,
     trace: Option<Vec<String>>,
+    /// The thread whose operations are numbered on their own, and how many it started.
+    watched: Option<(String, u64)>,
+    /// Power is lost during this operation of the watched thread.
+    crash_at_watched: Option<u64>,
+    /// The operation during which power was lost.
+    crash_point: Option<CrashPoint>,
+}
+
+/// The operation during which [`SimStorage::crash_at`] or
+/// [`SimStorage::crash_at_watched_op`] cut the power.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CrashPoint {
+    /// Its index among all operations.
+    pub op: u64,
+    /// The name of the thread that started it, if that thread has one.
+    pub thread: Option<String>,
+    /// The method and its arguments, as [`SimStorage::trace`] shows them.
+    pub what: String,
 }
 
 /// What the operation being started must do.
@@ -571,6 +593,7 @@ impl State {
             faults: Vec::new(),
             sticky: Vec::new(),
             short_writes: false,
+            journal_write_latency: std::time::Duration::ZERO,
             short_reads: false,
             inodes: BTreeMap::new(),
             next_inode: 1,
@@ -580,6 +603,9 @@ impl State {
             locked: false,
             wal: Wal::default(),
             trace: None,
+            watched: None,
+            crash_at_watched: None,
+            crash_point: None,
         }
     }
 
@@ -587,15 +613,32 @@ impl State {
     fn begin(&mut self, class: OpClass, describe: impl FnOnce() -> String) -> io::Result<Gate> {
         let op = self.ops;
         self.ops += 1;
-        if let Some(trace) = &mut self.trace {
-            trace.push(format!("{op}: {}", describe()));
+        let mut watched_op = None;
+        if let Some((name, count)) = &mut self.watched
+            && std::thread::current().name() == Some(name.as_str())
+        {
+            watched_op = Some(*count);
+            *count += 1;
+        }
+        let crash = !self.frozen
+            && (self.crash_at == Some(op)
+                || watched_op.is_some() && watched_op == self.crash_at_watched);
+        // Described only when needed: most operations are neither traced nor crashed.
+        let what = (self.trace.is_some() || crash).then(describe);
+        if let (Some(trace), Some(what)) = (&mut self.trace, &what) {
+            trace.push(format!("{op}: {what}"));
         }
         if self.frozen {
             return Err(power_loss());
         }
-        if self.crash_at == Some(op) {
+        if crash {
             self.frozen = true;
             self.frozen_at = op;
+            self.crash_point = Some(CrashPoint {
+                op,
+                thread: std::thread::current().name().map(str::to_owned),
+                what: what.unwrap_or_default(),
+            });
             return Ok(Gate::Crash);
         }
         let mut fault = None;
@@ -842,6 +885,34 @@ impl SimStorage {
         self.inner.state.lock().crash_at = Some(op_index);
     }
 
+    /// Numbers the operations started by threads named `name` on their own as well, from 0
+    /// at this call, so that a test can count them and cut the power during one of them
+    /// however the other threads' operations interleave (see
+    /// [`SimStorage::crash_at_watched_op`]).
+    pub fn watch_thread(&self, name: &str) {
+        self.inner.state.lock().watched = Some((name.to_owned(), 0));
+    }
+
+    /// How many operations threads named as in [`SimStorage::watch_thread`] have started.
+    #[must_use]
+    pub fn watched_ops_count(&self) -> u64 {
+        self.inner.state.lock().watched.as_ref().map_or(0, |w| w.1)
+    }
+
+    /// Cuts power during the `nth` operation (from 0) started by the watched thread, as
+    /// [`SimStorage::crash_at`] does at an index among all operations. Nothing happens
+    /// unless [`SimStorage::watch_thread`] names a thread.
+    pub fn crash_at_watched_op(&self, nth: u64) {
+        self.inner.state.lock().crash_at_watched = Some(nth);
+    }
+
+    /// The operation during which a planned crash cut the power, if one did (not a
+    /// [`SimStorage::power_cut`] of a running disk).
+    #[must_use]
+    pub fn crash_point(&self) -> Option<CrashPoint> {
+        self.inner.state.lock().crash_point.clone()
+    }
+
     /// Whether power has been lost (by [`SimStorage::crash_at`] or
     /// [`SimStorage::power_cut`]); every operation now fails.
     #[must_use]
@@ -865,6 +936,15 @@ impl SimStorage {
         let mut st = self.inner.state.lock();
         st.faults.clear();
         st.sticky.clear();
+    }
+
+    /// Makes every successful write through a [`FileKind::JournalDurable`] handle take at
+    /// least `latency`, as a synchronous write to a real device does, so that threads
+    /// committing concurrently queue up behind it (merged and pipelined commits). The time
+    /// passes after the write has landed, without holding the disk, so it changes no
+    /// outcome, only the interleaving.
+    pub fn journal_write_latency(&self, latency: std::time::Duration) {
+        self.inner.state.lock().journal_write_latency = latency;
     }
 
     /// When on, each write has an even chance of moving only a random prefix (at least one
@@ -1403,6 +1483,11 @@ impl StorageFile for SimFile {
                 offset,
                 data: data.to_vec(),
             });
+        }
+        let latency = st.journal_write_latency;
+        drop(st);
+        if direct && !latency.is_zero() {
+            std::thread::sleep(latency);
         }
         Ok(n)
     }
@@ -2211,5 +2296,58 @@ mod tests {
         assert_eq!(t.len(), 2);
         assert!(t[0].starts_with("0: open \"d\""), "{t:?}");
         assert!(t[1].starts_with("1: sync_data"), "{t:?}");
+    }
+
+    #[test]
+    fn journal_writes_take_their_latency() {
+        let s = SimStorage::new(21);
+        s.journal_write_latency(std::time::Duration::from_millis(20));
+        let j = open(&s, "j", FileKind::JournalDurable);
+        let block = Aligned::new(1, 7);
+        let started = std::time::Instant::now();
+        write_all_at(&*j, block.bytes(), 0).expect("durable write");
+        assert!(started.elapsed() >= std::time::Duration::from_millis(20));
+        assert_eq!(s.read_file("j").expect("read"), block.bytes());
+    }
+
+    #[test]
+    fn crash_at_an_operation_of_a_watched_thread() {
+        let s = SimStorage::new(19);
+        let f = open(&s, "d", FileKind::Data);
+        s.watch_thread("sim-worker");
+        s.crash_at_watched_op(2);
+        let worker = |s: SimStorage, f: Arc<dyn StorageFile>| {
+            std::thread::Builder::new()
+                .name("sim-worker".into())
+                .spawn(move || {
+                    for i in 0..3u64 {
+                        f.write_at(b"w", i)?;
+                    }
+                    s.sync_dir("")
+                })
+                .expect("spawn")
+                .join()
+                .expect("join")
+        };
+        // Operations of other threads do not count.
+        for _ in 0..5 {
+            f.sync_data().expect("sync");
+        }
+        assert_eq!(s.watched_ops_count(), 0);
+        let err = worker(s.clone(), Arc::clone(&f)).expect_err("crashed");
+        assert_eq!(err.to_string(), POWER_LOSS);
+        assert!(s.is_frozen());
+        assert_eq!(s.watched_ops_count(), 3);
+        let point = s.crash_point().expect("a crash point");
+        assert_eq!(point.op, 8);
+        assert_eq!(point.thread.as_deref(), Some("sim-worker"));
+        assert!(point.what.starts_with("write_at \"d\" off=2"), "{point:?}");
+
+        let unwatched = SimStorage::new(20);
+        unwatched.crash_at_watched_op(0);
+        let f = open(&unwatched, "d", FileKind::Data);
+        worker(unwatched.clone(), f).expect("no thread is watched");
+        assert!(!unwatched.is_frozen());
+        assert_eq!(unwatched.crash_point(), None);
     }
 }

@@ -12,6 +12,16 @@ pub fn scale() -> u64 {
         .unwrap_or(1)
 }
 
+/// Prints a suite's summary line (or why it was skipped) straight to the process's
+/// standard error: the harness captures only `print!` and `eprint!`, so the line shows in
+/// `cargo test` output with or without `--nocapture`.
+pub fn summary(line: &str) {
+    use std::io::Write;
+    let mut err = std::io::stderr().lock();
+    // Nothing to do if standard error is gone.
+    let _ = writeln!(err, "{line}");
+}
+
 /// Options with small journals so rotation and recycling happen in small tests.
 pub fn small_options() -> Options {
     Options {

@@ -25,13 +25,9 @@ pub fn base_seed(default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// Prints a suite's summary line straight to the process's standard error, past the test
-/// harness's output capture, so it shows with or without `--nocapture`.
+/// Prints a suite's summary line past the test harness's output capture.
 pub fn summary(line: &str) {
-    use std::io::Write;
-    let mut err = std::io::stderr().lock();
-    // Nothing to do if standard error is gone.
-    let _ = writeln!(err, "{line}");
+    crate::common::summary(line);
 }
 
 /// How many worker threads a suite uses.
@@ -361,7 +357,8 @@ pub struct Run {
     pub spares_used: u64,
 }
 
-fn is_power_loss(e: &Error) -> bool {
+/// Whether `e` comes from the simulated power loss (directly or as a poisoning's cause).
+pub fn is_power_loss(e: &Error) -> bool {
     match e {
         Error::Io { source, .. } => source.to_string().contains(POWER_LOSS),
         Error::Poisoned { cause } => cause.contains(POWER_LOSS),
@@ -639,8 +636,24 @@ pub fn verify_recovery(
     oracle: &Oracle,
     continue_writing: bool,
 ) -> (Verdict, Option<(u64, Model)>) {
+    verify_recovery_with(
+        disk,
+        options,
+        &|txn_id, model| judge(oracle, txn_id, model),
+        continue_writing,
+    )
+}
+
+/// [`verify_recovery`] with another judge of the recovered state (its transaction id and
+/// trees), for workloads whose oracle is not a sequence of transaction ids.
+pub fn verify_recovery_with(
+    disk: &SimStorage,
+    options: &Options,
+    judge: &dyn Fn(u64, &Model) -> Verdict,
+    continue_writing: bool,
+) -> (Verdict, Option<(u64, Model)>) {
     let result = catch_unwind(AssertUnwindSafe(|| {
-        verify_inner(disk, options, oracle, continue_writing)
+        verify_inner(disk, options, judge, continue_writing)
     }));
     match result {
         Ok(v) => v,
@@ -651,7 +664,7 @@ pub fn verify_recovery(
 fn verify_inner(
     disk: &SimStorage,
     options: &Options,
-    oracle: &Oracle,
+    judge: &dyn Fn(u64, &Model) -> Verdict,
     continue_writing: bool,
 ) -> (Verdict, Option<(u64, Model)>) {
     let storage: Arc<dyn Storage> = Arc::new(disk.clone());
@@ -663,7 +676,7 @@ fn verify_inner(
         Ok(s) => s,
         Err(e) => return (Verdict::CheckFailed(e), None),
     };
-    let verdict = judge(oracle, txn_id, &model);
+    let verdict = judge(txn_id, &model);
     if !verdict.is_good() {
         return (verdict, Some((txn_id, model)));
     }
@@ -773,6 +786,8 @@ pub struct Tally {
     pub other: u64,
     /// Spare journals the writer moved into before the crash (coverage, not a verdict).
     pub spares_used: u64,
+    /// Sampled crash points a run ended before reaching (no crash state, not a verdict).
+    pub unreached: u64,
     pub failures: Vec<String>,
 }
 
@@ -817,6 +832,7 @@ impl Tally {
         self.panics += other.panics;
         self.other += other.other;
         self.spares_used += other.spares_used;
+        self.unreached += other.unreached;
         for f in other.failures {
             if self.failures.len() < 20 {
                 self.failures.push(f);
