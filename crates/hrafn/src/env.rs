@@ -10,11 +10,11 @@ use crate::meta::{META_PAGE_NUMBER, Meta};
 use crate::page::{PageKind, init, seal};
 use crate::scratch::{Ptt, ScratchUsage};
 use crate::storage::{FileKind, FileStorage, Storage, StorageEvent, StorageFile, write_all_at};
+use crate::sync::StateCell;
 use crate::txn::merge::{self, Merger, WriteBatch};
 use crate::txn::readers::ReaderTable;
 use crate::txn::state::{DataView, State};
 use crate::txn::{ReadTxn, WriteTxn, WriterCore};
-use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 use std::path::Path;
 use std::sync::Arc;
@@ -206,7 +206,7 @@ pub(crate) struct Counters {
 pub(crate) struct EnvInner {
     pub storage: Arc<dyn Storage>,
     pub options: Options,
-    pub state: ArcSwap<State>,
+    pub state: StateCell<State>,
     pub readers: ReaderTable,
     pub writer: Mutex<WriterCore>,
     /// The journal writer; records are appended in transaction order (`journal_turn`).
@@ -411,7 +411,7 @@ impl Environment {
         let writer = WriterCore::new(replayed.last_txn_id, &state, &meta)?;
         let inner = Arc::new(EnvInner {
             storage,
-            state: ArcSwap::from_pointee(state),
+            state: StateCell::from_pointee(state),
             readers: ReaderTable::new(options.readers_max),
             writer: Mutex::new(writer),
             journal: Mutex::new(journal),
