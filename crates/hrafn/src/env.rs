@@ -12,11 +12,11 @@ use crate::scratch::{Ptt, ScratchUsage};
 use crate::storage::{
     FileKind, FileStorage, ProcessReaders, Storage, StorageEvent, StorageFile, write_all_at,
 };
+use crate::sync::StateCell;
 use crate::txn::merge::{self, Merger, WriteBatch};
 use crate::txn::readers::ReaderTable;
 use crate::txn::state::{DataView, State};
 use crate::txn::{ReadTxn, WriteTxn, WriterCore};
-use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 use std::path::Path;
 use std::sync::Arc;
@@ -208,7 +208,7 @@ pub(crate) struct Counters {
 pub(crate) struct EnvInner {
     pub storage: Arc<dyn Storage>,
     pub options: Options,
-    pub state: ArcSwap<State>,
+    pub state: StateCell<State>,
     pub readers: ReaderTable,
     pub writer: Mutex<WriterCore>,
     /// The journal writer (none when read-only); records are appended in transaction
@@ -269,7 +269,7 @@ impl EnvInner {
     fn new(o: Opened) -> EnvInner {
         let inner = EnvInner {
             storage: o.storage,
-            state: ArcSwap::from_pointee(o.state),
+            state: StateCell::from_pointee(o.state),
             readers: ReaderTable::new(o.options.readers_max),
             writer: Mutex::new(o.writer),
             journal: Mutex::new(None),

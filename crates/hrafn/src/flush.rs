@@ -14,8 +14,10 @@ use crate::error::{Error, Result};
 use crate::header::{self, Header};
 use crate::journal::{JournalIndex, journal_file_name, spare};
 use crate::limits::PAGE_SIZE_BYTES;
+use crate::scratch::Ptt;
 use crate::scratch::spill::{self, Spiller};
 use crate::storage::{Storage, StorageEvent, write_all_at};
+use crate::sync::StateCell;
 use crate::txn::state::{DataView, State};
 use parking_lot::{Condvar, Mutex};
 use std::sync::Arc;
@@ -275,12 +277,7 @@ pub(crate) fn flush(inner: &EnvInner, then_sync: bool) -> Result<()> {
     if let Some(oldest) = phase.oldest_process_reader()? {
         bound = bound.min(oldest);
     }
-    let batch: Vec<(u64, u64)> = state
-        .ptt
-        .iter()
-        .filter(|(_, e)| e.txn_id <= bound)
-        .map(|(&page_number, e)| (page_number, e.txn_id))
-        .collect();
+    let batch = flushable(&state.ptt, bound);
     if !batch.is_empty() {
         write_batch(inner, &mut book, &state, &batch)?;
     }
@@ -289,6 +286,52 @@ pub(crate) fn flush(inner: &EnvInner, then_sync: bool) -> Result<()> {
         sync(inner, &mut book)?;
     }
     phase.end()
+}
+
+/// The page versions of `ptt` that may go to the data file while the oldest reader reads
+/// state `bound` (the flush rule), in page order: `(page number, transaction)`.
+pub(crate) fn flushable(ptt: &Ptt, bound: u64) -> Vec<(u64, u64)> {
+    ptt.iter()
+        .filter(|(_, e)| e.txn_id <= bound)
+        .map(|(&page_number, e)| (page_number, e.txn_id))
+        .collect()
+}
+
+/// Publishes the current state without the page versions of `batch`, now in the data file
+/// (with `data` as its view of the data file, if that grew). A newer version committed
+/// meanwhile stays, its `first_unflushed_txn_id` moved past the flushed one. The caller
+/// holds the publish lock.
+pub(crate) fn publish_flushed(
+    cell: &StateCell<State>,
+    batch: &[(u64, u64)],
+    data: Option<DataView>,
+) {
+    let current = cell.load_full();
+    let mut ptt = current.ptt.clone();
+    for &(page_number, txn_id) in batch {
+        let replacement = match ptt.get(&page_number) {
+            Some(e) if e.txn_id == txn_id => None,
+            Some(e) if e.first_unflushed_txn_id <= txn_id => {
+                let mut newer = e.clone();
+                newer.first_unflushed_txn_id = txn_id + 1;
+                Some(newer)
+            }
+            _ => continue,
+        };
+        match replacement {
+            None => {
+                ptt.remove(&page_number);
+            }
+            Some(e) => {
+                ptt.insert(page_number, e);
+            }
+        }
+    }
+    cell.store(Arc::new(State {
+        txn_id: current.txn_id,
+        ptt,
+        data: data.unwrap_or_else(|| current.data.clone()),
+    }));
 }
 
 /// Moves committed copies that must stay in scratch into scratch files while scratch
@@ -388,33 +431,7 @@ fn write_batch(
 
     {
         let _publish = inner.publish.lock();
-        let current = inner.state.load_full();
-        let mut ptt = current.ptt.clone();
-        for &(page_number, txn_id) in batch {
-            let replacement = match ptt.get(&page_number) {
-                Some(e) if e.txn_id == txn_id => None,
-                Some(e) if e.first_unflushed_txn_id <= txn_id => {
-                    let mut newer = e.clone();
-                    newer.first_unflushed_txn_id = txn_id + 1;
-                    Some(newer)
-                }
-                _ => continue,
-            };
-            match replacement {
-                None => {
-                    ptt.remove(&page_number);
-                }
-                Some(e) => {
-                    ptt.insert(page_number, e);
-                }
-            }
-        }
-        let data = new_view.unwrap_or_else(|| current.data.clone());
-        inner.state.store(Arc::new(State {
-            txn_id: current.txn_id,
-            ptt,
-            data,
-        }));
+        publish_flushed(&inner.state, batch, new_view);
     }
     let bytes = (batch.len() * PAGE_SIZE_BYTES) as u64;
     book.bytes_since_sync += bytes;

@@ -45,6 +45,7 @@ pub mod meta;
 pub mod page;
 pub mod scratch;
 pub mod storage;
+mod sync;
 mod txn;
 
 pub use check::CheckReport;

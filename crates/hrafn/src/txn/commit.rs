@@ -10,6 +10,7 @@ use crate::error::{Error, Result};
 use crate::journal::record::RecordHeader;
 use crate::journal::writer::RecordBuf;
 use crate::scratch::{PageBuf, Ptt, PttEntry};
+use crate::sync::StateCell;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -50,6 +51,29 @@ pub(crate) fn with_pages(ptt: &Ptt, pages: &[(u64, Arc<PageBuf>)], txn_id: u64) 
         }
     }
     out
+}
+
+/// Publishes transaction `txn_id` (its `pages`, built on `base_ptt` into `ptt`) on top of
+/// the current state, which the flusher may have changed since: `ptt` is reused only if it
+/// did not. The caller holds the publish lock.
+pub(crate) fn publish(
+    cell: &StateCell<State>,
+    txn_id: u64,
+    base_ptt: &Ptt,
+    ptt: &Ptt,
+    pages: &[(u64, Arc<PageBuf>)],
+) {
+    let current = cell.load_full();
+    let ptt = if current.ptt.ptr_eq(base_ptt) {
+        ptt.clone()
+    } else {
+        with_pages(&current.ptt, pages, txn_id)
+    };
+    cell.store(Arc::new(State {
+        txn_id,
+        ptt,
+        data: current.data.clone(),
+    }));
 }
 
 impl Prepared<'_> {
@@ -107,20 +131,15 @@ impl Prepared<'_> {
         c.dirty_page_bytes
             .fetch_add(self.dirty_bytes, Ordering::Relaxed);
 
-        // Publish on top of the current state (the flusher may have removed entries).
         {
             let _publish = env.publish.lock();
-            let current = env.state.load_full();
-            let ptt = if current.ptt.ptr_eq(&self.base_ptt) {
-                self.ptt.clone()
-            } else {
-                with_pages(&current.ptt, &self.pages, self.txn_id)
-            };
-            env.state.store(Arc::new(State {
-                txn_id: self.txn_id,
-                ptt,
-                data: current.data.clone(),
-            }));
+            publish(
+                &env.state,
+                self.txn_id,
+                &self.base_ptt,
+                &self.ptt,
+                &self.pages,
+            );
         }
         // Still under the journal lock: publishes happen in transaction order too.
         drop(guard);

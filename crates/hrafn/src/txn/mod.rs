@@ -10,6 +10,8 @@
 mod alloc;
 mod commit;
 pub mod merge;
+#[cfg(all(test, hrafn_loom))]
+mod model_tests;
 pub mod read;
 pub mod readers;
 pub mod state;

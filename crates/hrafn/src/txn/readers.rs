@@ -5,9 +5,7 @@
 
 use super::state::State;
 use crate::error::{Error, Result};
-use arc_swap::ArcSwap;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use crate::sync::{Arc, AtomicU64, AtomicUsize, Ordering, StateCell};
 use std::time::Instant;
 
 const FREE: u64 = u64::MAX;
@@ -57,11 +55,12 @@ impl ReaderTable {
     ///
     /// The slot is published before the state is loaded, and the loaded state is at least
     /// as new as the published id, so the flusher (which reads slots after loading the
-    /// current state) can never miss a reader it could harm.
+    /// current state) can never miss a reader it could harm. This rests on the single total
+    /// order of `SeqCst` operations, which the state cell's loads and stores take part in.
     ///
     /// # Errors
     /// [`Error::ReadersFull`] when every slot is taken.
-    pub fn register(&self, current: &ArcSwap<State>) -> Result<(usize, Arc<State>)> {
+    pub fn register(&self, current: &StateCell<State>) -> Result<(usize, Arc<State>)> {
         let n = self.slots.len();
         let start = self.hint.fetch_add(1, Ordering::Relaxed) % n;
         let floor = current.load().txn_id;
