@@ -143,6 +143,9 @@ pub struct Stats {
     pub flushes: u64,
     pub pages_flushed: u64,
     pub syncs: u64,
+    /// Pages the flusher looked up to find what it could flush: its passes' cost, which
+    /// follows what they flush, not the size of scratch.
+    pub flush_pages_examined: u64,
     /// Data file size.
     pub data_file_size_bytes: u64,
     /// Merged write requests (see [`Environment::submit`]): transactions and requests.
@@ -195,6 +198,7 @@ pub(crate) struct Counters {
     pub dirty_page_bytes: AtomicU64,
     pub flushes: AtomicU64,
     pub pages_flushed: AtomicU64,
+    pub flush_pages_examined: AtomicU64,
     pub syncs: AtomicU64,
     pub merged_transactions: AtomicU64,
     pub merged_requests: AtomicU64,
@@ -231,6 +235,8 @@ pub(crate) struct EnvInner {
     pub poison: Mutex<Option<String>>,
     pub counters: Counters,
     pub flush_book: Mutex<FlushBook>,
+    /// Pages commits wrote that the flusher has not taken yet (`flush_log.rs`).
+    pub flush_log: Mutex<crate::flush_log::FlushLog>,
     /// Allocated size of the data file (see `flush::grow_data_file`).
     pub data_allocated_bytes: AtomicU64,
     pub flusher: Flusher,
@@ -285,6 +291,7 @@ impl EnvInner {
             poison: Mutex::new(None),
             counters: Counters::default(),
             flush_book: Mutex::new(FlushBook::new(o.header, o.data_len)),
+            flush_log: Mutex::default(),
             data_allocated_bytes: AtomicU64::new(o.data_len),
             flusher: Flusher::default(),
             merger: Merger::default(),
@@ -684,6 +691,7 @@ impl Environment {
             dirty_page_bytes: c.dirty_page_bytes.load(Ordering::Relaxed),
             flushes: c.flushes.load(Ordering::Relaxed),
             pages_flushed: c.pages_flushed.load(Ordering::Relaxed),
+            flush_pages_examined: c.flush_pages_examined.load(Ordering::Relaxed),
             syncs: c.syncs.load(Ordering::Relaxed),
             data_file_size_bytes: inner.data_allocated_bytes.load(Ordering::Relaxed),
             merged_transactions: c.merged_transactions.load(Ordering::Relaxed),

@@ -14,7 +14,6 @@ use crate::error::{Error, Result};
 use crate::header::{self, Header};
 use crate::journal::{JournalIndex, journal_file_name, spare};
 use crate::limits::PAGE_SIZE_BYTES;
-use crate::scratch::Ptt;
 use crate::scratch::spill::{self, Spiller};
 use crate::storage::{Storage, StorageEvent, write_all_at};
 use crate::sync::StateCell;
@@ -277,7 +276,11 @@ pub(crate) fn flush(inner: &EnvInner, then_sync: bool) -> Result<()> {
     if let Some(oldest) = phase.oldest_process_reader()? {
         bound = bound.min(oldest);
     }
-    let batch = flushable(&state.ptt, bound);
+    let (batch, examined) = inner.flush_log.lock().take_flushable(&state.ptt, bound);
+    inner
+        .counters
+        .flush_pages_examined
+        .fetch_add(examined, Ordering::Relaxed);
     if !batch.is_empty() {
         write_batch(inner, &mut book, &state, &batch)?;
     }
@@ -289,8 +292,11 @@ pub(crate) fn flush(inner: &EnvInner, then_sync: bool) -> Result<()> {
 }
 
 /// The page versions of `ptt` that may go to the data file while the oldest reader reads
-/// state `bound` (the flush rule), in page order: `(page number, transaction)`.
-pub(crate) fn flushable(ptt: &Ptt, bound: u64) -> Vec<(u64, u64)> {
+/// state `bound` (the flush rule), in page order: `(page number, transaction)`. A scan of
+/// the whole table: the flusher finds the same through its log (`flush_log.rs`); this is
+/// the rule the log is tested against.
+#[cfg(test)]
+pub(crate) fn flushable(ptt: &crate::scratch::Ptt, bound: u64) -> Vec<(u64, u64)> {
     ptt.iter()
         .filter(|(_, e)| e.txn_id <= bound)
         .map(|(&page_number, e)| (page_number, e.txn_id))
@@ -445,7 +451,8 @@ fn write_batch(
 
 fn sync(inner: &EnvInner, book: &mut FlushBook) -> Result<()> {
     let state = inner.state.load_full();
-    let min_unflushed = state.ptt.values().map(|e| e.first_unflushed_txn_id).min();
+    // The log is read after the state is loaded: a commit published since is in it.
+    let min_unflushed = inner.flush_log.lock().oldest_unflushed();
     let wanted = min_unflushed.map_or(state.txn_id, |m| state.txn_id.min(m - 1));
     let point = inner
         .journal_index

@@ -37,6 +37,7 @@ pub mod check;
 mod env;
 pub mod error;
 mod flush;
+mod flush_log;
 pub mod freespace;
 pub mod header;
 pub mod journal;

@@ -119,3 +119,39 @@ fn a_long_reader_spills_scratch_to_files_that_go_when_it_ends() {
         .collect();
     assert_eq!(left, vec!["notes.txt".to_string()]);
 }
+
+/// While a reader pins the flush bound, a flusher pass looks at nothing, however much
+/// waits in scratch; once it ends, the passes look at what they flush.
+#[test]
+fn flusher_passes_cost_what_they_flush_not_what_scratch_holds() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = Environment::open(dir.path(), common::small_options()).expect("open");
+    write_round(&env, 0);
+    env.flush_and_sync().expect("flush");
+    let reader = env.begin_read().expect("read");
+    for round in 1..=4 {
+        write_round(&env, round);
+    }
+    let pinned = env.stats();
+    let pinned_pages = pinned.scratch_used_bytes / 8192;
+    assert!(pinned_pages > 500, "only {pinned_pages} pages in scratch");
+    for _ in 0..50 {
+        env.flush_and_sync().expect("flush");
+    }
+    let after = env.stats();
+    assert_eq!(
+        after.flush_pages_examined, pinned.flush_pages_examined,
+        "passes under a pinned bound looked at pages"
+    );
+    drop(reader);
+    env.flush_and_sync().expect("flush");
+    let drained = env.stats();
+    let examined = drained.flush_pages_examined - after.flush_pages_examined;
+    let flushed = drained.pages_flushed - after.pages_flushed;
+    assert!(flushed > 0 && examined >= flushed);
+    // Pages looked at are pages the commits wrote, not a scan of scratch each pass.
+    assert!(
+        examined <= 4 * pinned_pages,
+        "{examined} examined for {flushed} flushed"
+    );
+}

@@ -133,6 +133,13 @@ impl Prepared<'_> {
 
         {
             let _publish = env.publish.lock();
+            // Logged before it is published: a flusher that sees the state sees its pages.
+            let written = self
+                .pages
+                .iter()
+                .flat_map(|(first, buf)| *first..*first + buf.page_count() as u64)
+                .collect();
+            env.flush_log.lock().record(self.txn_id, written);
             publish(
                 &env.state,
                 self.txn_id,

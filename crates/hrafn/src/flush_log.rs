@@ -1,0 +1,151 @@
+//! What the flusher has left to do, kept so that a pass costs in proportion to what it can
+//! flush, not to the size of the page table.
+//!
+//! Every commit appends the pages it wrote, before its state is published. A flush pass
+//! takes the commits at or below its bound (the oldest reader) and looks up only their
+//! pages: a page whose newest version is at or below the bound is flushed; one whose newest
+//! version is newer is *held* (an older version waits for nobody, but the page table keeps
+//! only the newest) until the commit of that newer version is taken in its turn. While a
+//! long reader pins the bound, a pass takes nothing and costs nothing.
+//!
+//! The sync rule needs the oldest unflushed version of any page: it is the oldest commit
+//! not yet taken, or the oldest version a held page waits with, whichever is older.
+
+use crate::scratch::Ptt;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+/// Commits whose pages the flusher has not looked at, and pages held back.
+#[derive(Debug, Default)]
+pub struct FlushLog {
+    commits: VecDeque<(u64, Vec<u64>)>,
+    /// Held page → the oldest of its versions not in the data file.
+    held: BTreeMap<u64, u64>,
+    /// The same, ordered by that version, for the minimum.
+    held_by_txn: BTreeSet<(u64, u64)>,
+}
+
+impl FlushLog {
+    /// Records the pages commit `txn_id` wrote (called in transaction order, before the
+    /// commit's state is published).
+    pub fn record(&mut self, txn_id: u64, pages: Vec<u64>) {
+        debug_assert!(
+            self.commits.back().is_none_or(|&(t, _)| t < txn_id),
+            "commits are recorded in order"
+        );
+        self.commits.push_back((txn_id, pages));
+    }
+
+    /// Takes the commits at or below `bound` and returns, in page order, the page versions
+    /// of `ptt` (the state the pass flushes from) that may go to the data file (exactly
+    /// what a scan of all of `ptt` finds), and the number of pages it looked up.
+    pub fn take_flushable(&mut self, ptt: &Ptt, bound: u64) -> (Vec<(u64, u64)>, u64) {
+        let mut pages = BTreeSet::new();
+        while let Some(&(txn_id, _)) = self.commits.front()
+            && txn_id <= bound
+        {
+            let (_, written) = self.commits.pop_front().expect("front exists");
+            pages.extend(written);
+        }
+        let examined = pages.len() as u64;
+        let mut batch = Vec::with_capacity(pages.len());
+        for page_number in pages {
+            let Some(entry) = ptt.get(&page_number) else {
+                continue; // flushed already, with a version taken earlier
+            };
+            if entry.txn_id <= bound {
+                self.release(page_number);
+                batch.push((page_number, entry.txn_id));
+            } else {
+                self.hold(page_number, entry.first_unflushed_txn_id);
+            }
+        }
+        (batch, examined)
+    }
+
+    /// The oldest transaction that wrote a version not yet in the data file, if any.
+    pub fn oldest_unflushed(&self) -> Option<u64> {
+        let commits = self.commits.front().map(|&(t, _)| t);
+        let held = self.held_by_txn.first().map(|&(t, _)| t);
+        match (commits, held) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn hold(&mut self, page_number: u64, first_unflushed_txn_id: u64) {
+        let oldest = match self.held.get(&page_number) {
+            Some(&t) if t <= first_unflushed_txn_id => return,
+            Some(&t) => {
+                self.held_by_txn.remove(&(t, page_number));
+                first_unflushed_txn_id
+            }
+            None => first_unflushed_txn_id,
+        };
+        self.held.insert(page_number, oldest);
+        self.held_by_txn.insert((oldest, page_number));
+    }
+
+    fn release(&mut self, page_number: u64) {
+        if let Some(t) = self.held.remove(&page_number) {
+            self.held_by_txn.remove(&(t, page_number));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flush::flushable;
+    use crate::scratch::{PageBuf, PttEntry, ScratchUsage};
+    use std::sync::Arc;
+
+    /// Random commits and passes at random bounds, against a scan of the whole table and
+    /// the flusher's own bookkeeping of `first_unflushed_txn_id`.
+    #[test]
+    fn takes_what_a_full_scan_finds() {
+        let usage = Arc::new(ScratchUsage::default());
+        let buf = Arc::new(PageBuf::zeroed(1, &usage));
+        let mut seed = 0x5eed_u64;
+        let mut next = |n: u64| {
+            seed = seed
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (seed >> 33) % n
+        };
+        for _round in 0..50 {
+            let mut ptt = Ptt::new();
+            let mut log = FlushLog::default();
+            let mut txn_id = 0;
+            let mut oldest_reader = 0;
+            for _step in 0..200 {
+                if next(3) > 0 {
+                    txn_id += 1;
+                    let pages: BTreeSet<u64> = (0..1 + next(5)).map(|_| next(40)).collect();
+                    log.record(txn_id, pages.iter().copied().collect());
+                    for &p in &pages {
+                        let first_unflushed_txn_id =
+                            ptt.get(&p).map_or(txn_id, |e| e.first_unflushed_txn_id);
+                        let entry = PttEntry {
+                            txn_id,
+                            first_unflushed_txn_id,
+                            buf: Arc::clone(&buf),
+                            index_in_buf: 0,
+                        };
+                        ptt.insert(p, entry);
+                    }
+                } else {
+                    // A reader comes or goes: the bound moves forward only.
+                    oldest_reader = oldest_reader.max(txn_id.saturating_sub(next(20)));
+                    let bound = oldest_reader;
+                    let expected = flushable(&ptt, bound);
+                    assert_eq!(log.take_flushable(&ptt, bound).0, expected);
+                    for (p, _) in expected {
+                        ptt.remove(&p);
+                    }
+                }
+                let scanned = ptt.values().map(|e| e.first_unflushed_txn_id).min();
+                assert_eq!(log.oldest_unflushed(), scanned);
+            }
+        }
+    }
+}
