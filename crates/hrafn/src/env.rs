@@ -480,15 +480,8 @@ impl Environment {
             use crate::btree::PageSource;
             Meta::decode((&state).page(META_PAGE_NUMBER)?)?
         };
-        if meta.next_page_number > page_count {
-            return Err(Error::corruption(
-                CorruptionSite::Environment,
-                format!(
-                    "data file holds {page_count} pages, the meta page counts {}",
-                    meta.next_page_number
-                ),
-            ));
-        }
+        // `recovery::validate` checked it against the size recovery grew the file to.
+        debug_assert!(meta.next_page_number <= page_count);
         let journal_file = journal.current_file();
         let writer = WriterCore::new(replayed.last_txn_id, &state, &meta)?;
         let inner = Arc::new(EnvInner {

@@ -813,22 +813,14 @@ fn power_loss_during_merged_commits_and_flusher_steps() {
          {steps}; {} workloads of 3-4 threads, {} with the background flusher and {} with a \
          buffered journal, whose uncrashed runs merged {requests} requests into \
          {transactions} transactions and pipelined {pipelined} commits; {} spare journals \
-         used before the cuts), {} lost, {} phantom, {} holes, {} failed opens, {} check \
-         failures, {} violations, {} panics, {} other, seed {base:#x}, {:.1}s",
+         used before the cuts), {}, seed {base:#x}, {:.1}s",
         tally.states,
         tally.unreached,
         workloads.len(),
         background.len(),
         workloads.iter().filter(|w| w.0.buffered).count(),
         tally.spares_used,
-        tally.lost,
-        tally.phantom,
-        tally.holes,
-        tally.failed_opens,
-        tally.check_failures,
-        tally.violations,
-        tally.panics,
-        tally.other,
+        tally.outcomes(),
         started.elapsed().as_secs_f64()
     );
     crash_support::summary(&line);

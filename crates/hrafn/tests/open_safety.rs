@@ -2,32 +2,16 @@
 //! environment, removes only files it can prove are its own, and an open that fails leaves
 //! every file byte for byte as it was.
 
+mod common;
+
 use hrafn::storage::sim::{Damage, SimStorage};
 use hrafn::{DATA_FILE, Environment, Error, Options};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-/// Every file under `dir` (relative name → bytes).
 fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
-    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, Vec<u8>>) {
-        for entry in std::fs::read_dir(dir).expect("read_dir") {
-            let path = entry.expect("entry").path();
-            if path.is_dir() {
-                walk(root, &path, out);
-            } else {
-                let name = path
-                    .strip_prefix(root)
-                    .expect("inside")
-                    .display()
-                    .to_string();
-                out.insert(name, std::fs::read(&path).expect("read"));
-            }
-        }
-    }
-    let mut out = BTreeMap::new();
-    walk(dir, dir, &mut out);
-    out
+    common::dir_files(dir, &[])
 }
 
 fn populate(dir: &Path, keys: u64) {

@@ -21,26 +21,7 @@ const KEYS: u64 = 50;
 
 /// Files of the environment except `LOCK` (which holds the reader slots).
 fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
-    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, Vec<u8>>) {
-        for entry in std::fs::read_dir(dir).expect("read_dir") {
-            let path = entry.expect("entry").path();
-            if path.is_dir() {
-                walk(root, &path, out);
-            } else {
-                let name = path
-                    .strip_prefix(root)
-                    .expect("inside")
-                    .display()
-                    .to_string();
-                if name != "LOCK" {
-                    out.insert(name, std::fs::read(&path).expect("read"));
-                }
-            }
-        }
-    }
-    let mut out = BTreeMap::new();
-    walk(dir, dir, &mut out);
-    out
+    common::dir_files(dir, &["LOCK"])
 }
 
 /// Options under which a writer flushes, syncs and recycles journals many times a second.

@@ -38,3 +38,35 @@ pub fn mix(mut z: u64) -> u64 {
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
 }
+
+/// Every file under `dir` (name relative to it → bytes), except those named in `skip`.
+pub fn dir_files(
+    dir: &std::path::Path,
+    skip: &[&str],
+) -> std::collections::BTreeMap<String, Vec<u8>> {
+    fn walk(
+        root: &std::path::Path,
+        dir: &std::path::Path,
+        skip: &[&str],
+        out: &mut std::collections::BTreeMap<String, Vec<u8>>,
+    ) {
+        for entry in std::fs::read_dir(dir).expect("read_dir") {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                walk(root, &path, skip, out);
+            } else {
+                let name = path
+                    .strip_prefix(root)
+                    .expect("inside")
+                    .display()
+                    .to_string();
+                if !skip.contains(&name.as_str()) {
+                    out.insert(name, std::fs::read(&path).expect("read"));
+                }
+            }
+        }
+    }
+    let mut out = std::collections::BTreeMap::new();
+    walk(dir, dir, skip, &mut out);
+    out
+}

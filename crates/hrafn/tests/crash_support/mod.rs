@@ -852,6 +852,22 @@ impl Tally {
     }
 
     /// Prints the failures and panics if there were any.
+    /// The bad-outcome counts for a summary line.
+    pub fn outcomes(&self) -> String {
+        format!(
+            "{} lost, {} phantom, {} holes, {} failed opens, {} check failures, {} violations, \
+             {} panics, {} other",
+            self.lost,
+            self.phantom,
+            self.holes,
+            self.failed_opens,
+            self.check_failures,
+            self.violations,
+            self.panics,
+            self.other
+        )
+    }
+
     pub fn assert_clean(&self, suite: &str, seed: u64) {
         if self.bad() > 0 {
             for f in &self.failures {
