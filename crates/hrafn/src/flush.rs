@@ -276,13 +276,17 @@ pub(crate) fn flush(inner: &EnvInner, then_sync: bool) -> Result<()> {
     if let Some(oldest) = phase.oldest_process_reader()? {
         bound = bound.min(oldest);
     }
-    let (batch, examined) = inner.flush_log.lock().take_flushable(&state.ptt, bound);
+    let (batch, examined, taken) = inner.flush_log.lock().take_flushable(&state.ptt, bound);
     inner
         .counters
         .flush_pages_examined
         .fetch_add(examined, Ordering::Relaxed);
-    if !batch.is_empty() {
-        write_batch(inner, &mut book, &state, &batch)?;
+    if !batch.is_empty()
+        && let Err(error) = write_batch(inner, &mut book, &state, &batch)
+    {
+        // A failed pass (a full disk growing the file) leaves its pages to the next one.
+        inner.flush_log.lock().put_back(taken);
+        return Err(error);
     }
     spill_past_budget(inner, &mut book);
     if then_sync {

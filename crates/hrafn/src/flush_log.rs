@@ -14,6 +14,14 @@
 use crate::scratch::Ptt;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
+/// What one pass took from the log, to put back if its writes fail (the next pass then
+/// tries the same pages again).
+#[derive(Debug, Default)]
+pub struct Taken {
+    commits: Vec<(u64, Vec<u64>)>,
+    released: Vec<(u64, u64)>,
+}
+
 /// Commits whose pages the flusher has not looked at, and pages held back.
 #[derive(Debug, Default)]
 pub struct FlushLog {
@@ -37,14 +45,17 @@ impl FlushLog {
 
     /// Takes the commits at or below `bound` and returns, in page order, the page versions
     /// of `ptt` (the state the pass flushes from) that may go to the data file (exactly
-    /// what a scan of all of `ptt` finds), and the number of pages it looked up.
-    pub fn take_flushable(&mut self, ptt: &Ptt, bound: u64) -> (Vec<(u64, u64)>, u64) {
+    /// what a scan of all of `ptt` finds), the number of pages it looked up, and what it
+    /// took, for [`FlushLog::put_back`].
+    pub fn take_flushable(&mut self, ptt: &Ptt, bound: u64) -> (Vec<(u64, u64)>, u64, Taken) {
+        let mut taken = Taken::default();
         let mut pages = BTreeSet::new();
         while let Some(&(txn_id, _)) = self.commits.front()
             && txn_id <= bound
         {
-            let (_, written) = self.commits.pop_front().expect("front exists");
-            pages.extend(written);
+            let commit = self.commits.pop_front().expect("front exists");
+            pages.extend(commit.1.iter().copied());
+            taken.commits.push(commit);
         }
         let examined = pages.len() as u64;
         let mut batch = Vec::with_capacity(pages.len());
@@ -53,13 +64,25 @@ impl FlushLog {
                 continue; // flushed already, with a version taken earlier
             };
             if entry.txn_id <= bound {
-                self.release(page_number);
+                if let Some(oldest) = self.release(page_number) {
+                    taken.released.push((page_number, oldest));
+                }
                 batch.push((page_number, entry.txn_id));
             } else {
                 self.hold(page_number, entry.first_unflushed_txn_id);
             }
         }
-        (batch, examined)
+        (batch, examined, taken)
+    }
+
+    /// Undoes a take whose pages did not reach the data file.
+    pub fn put_back(&mut self, taken: Taken) {
+        for commit in taken.commits.into_iter().rev() {
+            self.commits.push_front(commit);
+        }
+        for (page_number, oldest) in taken.released {
+            self.hold(page_number, oldest);
+        }
     }
 
     /// The oldest transaction that wrote a version not yet in the data file, if any.
@@ -85,10 +108,10 @@ impl FlushLog {
         self.held_by_txn.insert((oldest, page_number));
     }
 
-    fn release(&mut self, page_number: u64) {
-        if let Some(t) = self.held.remove(&page_number) {
-            self.held_by_txn.remove(&(t, page_number));
-        }
+    fn release(&mut self, page_number: u64) -> Option<u64> {
+        let t = self.held.remove(&page_number)?;
+        self.held_by_txn.remove(&(t, page_number));
+        Some(t)
     }
 }
 
@@ -138,9 +161,15 @@ mod tests {
                     oldest_reader = oldest_reader.max(txn_id.saturating_sub(next(20)));
                     let bound = oldest_reader;
                     let expected = flushable(&ptt, bound);
-                    assert_eq!(log.take_flushable(&ptt, bound).0, expected);
-                    for (p, _) in expected {
-                        ptt.remove(&p);
+                    let (batch, _, taken) = log.take_flushable(&ptt, bound);
+                    assert_eq!(batch, expected);
+                    if next(4) == 0 {
+                        // The pass's writes fail: nothing left the table.
+                        log.put_back(taken);
+                    } else {
+                        for (p, _) in expected {
+                            ptt.remove(&p);
+                        }
                     }
                 }
                 let scanned = ptt.values().map(|e| e.first_unflushed_txn_id).min();
