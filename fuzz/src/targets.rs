@@ -834,6 +834,14 @@ pub fn page_decode(data: &[u8]) {
     let pages = Pages { bytes };
     let src = &pages;
     for root in 0..page_count as u64 {
+        // Fixed-size tree readers, with a value size taken from the input.
+        let value_size = key.len() * 37 % (hrafn::fixed::FIXED_VALUE_SIZE_MAX_BYTES + 1);
+        let probe = u64::from_le_bytes(std::array::from_fn(|i| key.get(i).copied().unwrap_or(0)));
+        let _ = hrafn::fixed::get(src, root, value_size, probe);
+        let _ = hrafn::fixed::last(src, root, value_size);
+        if let Ok(range) = hrafn::fixed::FixedRange::new(src, root, value_size, probe..) {
+            for _ in range.take(2_000) {}
+        }
         let _ = hrafn::btree::get(src, root, &key);
         if let Ok(range) = hrafn::btree::Range::new(
             src,

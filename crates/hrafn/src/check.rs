@@ -1,10 +1,11 @@
 //! Whole-environment integrity check: page checksums, tree invariants (key order, separator
-//! bounds, uniform depth, entry counts, overflow runs) and free-space accounting (every page
+//! bounds, uniform depth, entry counts, overflow runs; the same for fixed-size trees) and free-space accounting (every page
 //! below the high-water mark is used exactly once or free, never both, never neither).
 
 use crate::btree::node::{self, ValueRef};
-use crate::btree::{PageSource, TreeHeader, resolve_value};
+use crate::btree::{PageSource, TreeHeader, TreeKind, resolve_value};
 use crate::error::{CorruptionSite, Error, Result};
+use crate::fixed;
 use crate::freespace::{count_free, is_free, locate, locate_section, read_entry};
 use crate::meta::{META_PAGE_NUMBER, Meta};
 use crate::page::{PageKind, corrupt, overflow_page_count};
@@ -113,10 +114,7 @@ pub fn check<'a, S: PageSource<'a>>(src: S) -> Result<CheckReport> {
         bitmaps.push(bitmap);
     }
     if meta.root_page != 0 {
-        let root = TreeHeader {
-            root_page: meta.root_page,
-            entry_count: meta.tree_count,
-        };
+        let root = TreeHeader::btree(meta.root_page, meta.tree_count);
         let mut trees = Vec::new();
         walk_tree(src, &root, &mut walker, &mut |k, v| {
             trees.push((k.to_vec(), TreeHeader::decode(v, meta.root_page)?));
@@ -125,7 +123,13 @@ pub fn check<'a, S: PageSource<'a>>(src: S) -> Result<CheckReport> {
         for (name, header) in trees {
             walker.report.tree_count += 1;
             walker.report.entry_count += header.entry_count;
-            walk_tree(src, &header, &mut walker, &mut |_, _| Ok(())).map_err(|e| match e {
+            let walked = match header.kind {
+                TreeKind::BTree => walk_tree(src, &header, &mut walker, &mut |_, _| Ok(())),
+                TreeKind::Fixed { value_size } => {
+                    walk_fixed(src, &header, usize::from(value_size), &mut walker)
+                }
+            };
+            walked.map_err(|e| match e {
                 Error::Corruption { site, reason } => Error::Corruption {
                     site,
                     reason: format!("{reason} (tree {:?})", String::from_utf8_lossy(&name)),
@@ -247,6 +251,79 @@ fn walk_tree<'a, S: PageSource<'a>>(
             CorruptionSite::Page {
                 page_number: tree.root_page,
             },
+            format!(
+                "tree holds {entries} entries, its header says {}",
+                tree.entry_count
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a fixed-size tree: node kinds and value size, keys ascending and inside their
+/// parent's separators, every leaf at one depth, no empty node below the root, the count.
+fn walk_fixed<'a, S: PageSource<'a>>(
+    src: S,
+    tree: &TreeHeader,
+    value_size: usize,
+    walker: &mut Walker,
+) -> Result<()> {
+    // (page, depth, lower bound inclusive, upper bound exclusive)
+    let mut stack: Vec<(u64, usize, Option<u64>, Option<u64>)> =
+        vec![(tree.root_page, 0, None, None)];
+    let mut leaf_depth = None;
+    let mut entries = 0u64;
+    while let Some((page_number, depth, low, high)) = stack.pop() {
+        if depth > crate::btree::DEPTH_MAX {
+            return Err(corrupt(page_number, "tree deeper than any valid tree"));
+        }
+        let page = src.page(page_number)?;
+        walker.mark(page_number, 1)?;
+        let leaf = fixed::validate(page, page_number, value_size)?;
+        let n = fixed::count(page);
+        if depth > 0 && leaf && n == 0 {
+            return Err(corrupt(page_number, "empty node below the root"));
+        }
+        let key = |i| {
+            if leaf {
+                fixed::leaf_key(page, i, value_size)
+            } else {
+                fixed::branch_key(page, i)
+            }
+        };
+        for i in 0..n {
+            let k = key(i);
+            if (i > 0 && key(i - 1) >= k)
+                || low.is_some_and(|l| k < l)
+                || high.is_some_and(|h| k >= h)
+            {
+                return Err(corrupt(
+                    page_number,
+                    "keys out of order or outside their range",
+                ));
+            }
+        }
+        if leaf {
+            if *leaf_depth.get_or_insert(depth) != depth {
+                return Err(corrupt(page_number, "leaves at different depths"));
+            }
+            entries += n as u64;
+        } else {
+            for c in 0..=n {
+                let child_low = if c == 0 { low } else { Some(key(c - 1)) };
+                let child_high = if c == n { high } else { Some(key(c)) };
+                stack.push((
+                    fixed::branch_child(page, c),
+                    depth + 1,
+                    child_low,
+                    child_high,
+                ));
+            }
+        }
+    }
+    if entries != tree.entry_count {
+        return Err(corrupt(
+            tree.root_page,
             format!(
                 "tree holds {entries} entries, its header says {}",
                 tree.entry_count

@@ -127,6 +127,14 @@ pub enum Error {
     /// Invalid argument or option.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// A tree was opened as another kind than it was made (a B+tree as a fixed-size tree,
+    /// or a fixed-size tree with another value size).
+    #[error("tree {name:?} is {found}, not {wanted}")]
+    WrongTreeKind {
+        name: String,
+        found: String,
+        wanted: String,
+    },
     /// A write on an environment opened with [`crate::Environment::open_read_only`].
     #[error("the environment is open read-only")]
     ReadOnly,
@@ -174,6 +182,15 @@ impl Error {
             },
             Error::Locked => Error::Locked,
             Error::ReadOnly => Error::ReadOnly,
+            Error::WrongTreeKind {
+                name,
+                found,
+                wanted,
+            } => Error::WrongTreeKind {
+                name: name.clone(),
+                found: found.clone(),
+                wanted: wanted.clone(),
+            },
             Error::KeyTooLarge {
                 size_bytes,
                 limit_bytes,

@@ -29,7 +29,10 @@ use crate::storage::{FileKind, Storage, read_exact_at, write_all_at};
 /// Header magic.
 pub const HEADER_MAGIC: [u8; 8] = *b"HRAFNHDR";
 /// On-disk format version; bump together with `docs/format.md`.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
+/// Oldest format this build opens: version 2 differs only by what version 3 added (fixed-size
+/// trees), so it is read as is and becomes version 3 at its next header write.
+pub const FORMAT_VERSION_OLDEST: u32 = 2;
 /// Bytes of the header that carry data.
 pub const HEADER_SIZE_BYTES: usize = 128;
 /// Size of a header file.
@@ -118,7 +121,7 @@ impl Header {
             return Err(bad("header checksum mismatch"));
         }
         let version = get_u32(bytes, o::VERSION);
-        if version != FORMAT_VERSION {
+        if !(FORMAT_VERSION_OLDEST..=FORMAT_VERSION).contains(&version) {
             return Err(Error::UnsupportedVersion {
                 found: version,
                 supported: FORMAT_VERSION,
@@ -247,6 +250,32 @@ pub fn write(storage: &dyn Storage, header: &Header) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn versions_from_the_oldest_readable_up_to_this_one_open() {
+        let h = Header {
+            revision: 1,
+            env_id: [3; 16],
+            synced_txn_id: 0,
+            journal_number: 1,
+            journal_offset_bytes: 0,
+            chain_checksum: 0,
+            next_page_number: 1,
+        };
+        for version in 0..FORMAT_VERSION + 2 {
+            let mut bytes = h.encode();
+            put_u32(&mut bytes, offsets::VERSION, version);
+            let checksum = xxhash_rust::xxh3::xxh3_64(&bytes[..offsets::CHECKSUM]);
+            put_u64(&mut bytes, offsets::CHECKSUM, checksum);
+            let decoded = Header::decode(&bytes, "header.a");
+            if (FORMAT_VERSION_OLDEST..=FORMAT_VERSION).contains(&version) {
+                assert_eq!(decoded.expect("readable"), h);
+            } else {
+                assert!(matches!(decoded, Err(Error::UnsupportedVersion { .. })));
+            }
+        }
+        assert_eq!(get_u32(&h.encode(), offsets::VERSION), FORMAT_VERSION);
+    }
 
     #[test]
     fn roundtrip_and_flips() {

@@ -36,6 +36,7 @@ pub mod btree;
 pub mod check;
 mod env;
 pub mod error;
+pub mod fixed;
 mod flush;
 mod flush_log;
 pub mod freespace;
@@ -52,7 +53,7 @@ mod txn;
 pub use check::CheckReport;
 pub use env::{DATA_FILE, Durability, Environment, Options, Stats};
 pub use error::{CorruptionSite, Error, Result};
-pub use txn::{ReadTxn, Tree, TreeMut, WriteBatch, WriteTxn};
+pub use txn::{FixedTree, FixedTreeMut, ReadTxn, Tree, TreeMut, WriteBatch, WriteTxn};
 
 /// The README's example, compiled and run as a doctest.
 #[doc = include_str!("../../../README.md")]

@@ -55,37 +55,96 @@ pub trait PageStore {
     fn free(&mut self, page_number: u64, page_count: u64);
 }
 
-/// The stored form of a tree: its root page and entry count (24 bytes, little-endian:
-/// root page u64, entry count u64, reserved u64).
+/// What a named tree is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TreeKind {
+    /// A B+tree of byte keys and values (`btree/`).
+    BTree,
+    /// A fixed-size tree: `u64` keys, values of `value_size` bytes (`fixed/`).
+    Fixed { value_size: u16 },
+}
+
+/// The stored form of a tree (24 bytes, little-endian): root page u64, entry count u64,
+/// kind u8 (0 B+tree, 1 fixed-size), reserved u8, value size u16 (fixed-size trees),
+/// reserved u32.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TreeHeader {
     pub root_page: u64,
     pub entry_count: u64,
+    pub kind: TreeKind,
 }
 
 /// Encoded size of a [`TreeHeader`].
 pub const TREE_HEADER_SIZE_BYTES: usize = 24;
 
+impl std::fmt::Display for TreeKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TreeKind::BTree => write!(f, "a B+tree"),
+            TreeKind::Fixed { value_size } => {
+                write!(f, "a fixed-size tree of {value_size}-byte values")
+            }
+        }
+    }
+}
+
 impl TreeHeader {
+    /// Fails with [`crate::Error::WrongTreeKind`] unless the tree is of `kind`.
+    ///
+    /// # Errors
+    /// As said.
+    pub fn expect_kind(&self, name: &str, kind: TreeKind) -> Result<()> {
+        if self.kind == kind {
+            return Ok(());
+        }
+        Err(crate::Error::WrongTreeKind {
+            name: name.to_owned(),
+            found: self.kind.to_string(),
+            wanted: kind.to_string(),
+        })
+    }
+
+    /// A B+tree's header.
+    pub fn btree(root_page: u64, entry_count: u64) -> TreeHeader {
+        TreeHeader {
+            root_page,
+            entry_count,
+            kind: TreeKind::BTree,
+        }
+    }
+
     /// Encodes the header.
     pub fn encode(&self) -> [u8; TREE_HEADER_SIZE_BYTES] {
         let mut out = [0u8; TREE_HEADER_SIZE_BYTES];
         out[..8].copy_from_slice(&self.root_page.to_le_bytes());
         out[8..16].copy_from_slice(&self.entry_count.to_le_bytes());
+        if let TreeKind::Fixed { value_size } = self.kind {
+            out[16] = 1;
+            out[18..20].copy_from_slice(&value_size.to_le_bytes());
+        }
         out
     }
 
     /// Decodes a header stored as a value of the root tree.
     ///
     /// # Errors
-    /// [`crate::Error::Corruption`] if the value has the wrong size.
+    /// [`crate::Error::Corruption`] if the value has the wrong size or kind.
     pub fn decode(bytes: &[u8], where_page: u64) -> Result<TreeHeader> {
         if bytes.len() != TREE_HEADER_SIZE_BYTES {
             return Err(corrupt(where_page, "tree header of the wrong size"));
         }
+        let value_size = u16::from_le_bytes([bytes[18], bytes[19]]);
+        let kind = match bytes[16] {
+            0 => TreeKind::BTree,
+            1 if usize::from(value_size) <= crate::fixed::FIXED_VALUE_SIZE_MAX_BYTES => {
+                TreeKind::Fixed { value_size }
+            }
+            _ => return Err(corrupt(where_page, "tree header of an unknown kind")),
+        };
         Ok(TreeHeader {
             root_page: get_u64(bytes, 0),
             entry_count: get_u64(bytes, 8),
+            kind,
         })
     }
 }

@@ -57,10 +57,7 @@ impl Path {
 /// Allocation failures.
 pub fn create<S: PageStore>(store: &mut S) -> Result<TreeHeader> {
     let root_page = store.allocate(1, PageKind::Leaf)?;
-    Ok(TreeHeader {
-        root_page,
-        entry_count: 0,
-    })
+    Ok(TreeHeader::btree(root_page, 0))
 }
 
 /// Descends to the leaf for `key`, recording the path.

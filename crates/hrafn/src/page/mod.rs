@@ -55,6 +55,10 @@ pub enum PageKind {
     Bitmap = 5,
     /// A free-space directory page: the bitmap page and free count of each section.
     FreeDirectory = 6,
+    /// Fixed-size tree leaf: `u64` keys and values of one size.
+    FixedLeaf = 7,
+    /// Fixed-size tree branch: `u64` separators and child page numbers.
+    FixedBranch = 8,
 }
 
 impl PageKind {
@@ -68,6 +72,8 @@ impl PageKind {
             4 => PageKind::Meta,
             5 => PageKind::Bitmap,
             6 => PageKind::FreeDirectory,
+            7 => PageKind::FixedLeaf,
+            8 => PageKind::FixedBranch,
             _ => return None,
         })
     }

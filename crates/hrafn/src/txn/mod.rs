@@ -9,6 +9,7 @@
 
 mod alloc;
 mod commit;
+pub mod fixed;
 pub mod merge;
 #[cfg(all(test, hrafn_loom))]
 mod model_tests;
@@ -17,6 +18,7 @@ pub mod readers;
 pub mod state;
 pub mod write;
 
+pub use fixed::{FixedTree, FixedTreeMut};
 pub use merge::WriteBatch;
 pub use read::{ReadTxn, Tree};
 pub use write::{TreeMut, WriteTxn, WriterCore};

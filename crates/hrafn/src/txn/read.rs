@@ -37,7 +37,25 @@ impl<'env> ReadTxn<'env> {
     pub fn open_tree(&self, name: &str) -> Result<Tree<'_>> {
         let src: &State = &self.state;
         match lookup_tree(src, name)? {
-            Some(header) => Ok(Tree { src, header }),
+            Some(header) => {
+                header.expect_kind(name, btree::TreeKind::BTree)?;
+                Ok(Tree { src, header })
+            }
+            None => Err(Error::TreeNotFound {
+                name: name.to_owned(),
+            }),
+        }
+    }
+
+    /// Opens the named fixed-size tree.
+    ///
+    /// # Errors
+    /// [`Error::TreeNotFound`] if it does not exist; [`Error::WrongTreeKind`] if it is a
+    /// B+tree; corruption.
+    pub fn open_fixed_tree(&self, name: &str) -> Result<super::fixed::FixedTree<'_>> {
+        let src: &State = &self.state;
+        match lookup_tree(src, name)? {
+            Some(header) => super::fixed::FixedTree::new(src, name, header),
             None => Err(Error::TreeNotFound {
                 name: name.to_owned(),
             }),
@@ -71,10 +89,7 @@ impl Drop for ReadTxn<'_> {
 pub(crate) fn root_tree<'a, S: PageSource<'a>>(src: S) -> Result<TreeHeader> {
     let page = src.page(META_PAGE_NUMBER)?;
     let meta = meta::Meta::decode(page)?;
-    Ok(TreeHeader {
-        root_page: meta.root_page,
-        entry_count: meta.tree_count,
-    })
+    Ok(TreeHeader::btree(meta.root_page, meta.tree_count))
 }
 
 /// Finds a named tree's header.

@@ -3,7 +3,7 @@
 use super::commit::{Prepared, with_pages};
 use super::read::{bounds, list_trees, lookup_tree, prefix_end};
 use super::state::State;
-use crate::btree::{self, PageSource, PageStore, Range, TreeHeader, write as tree_write};
+use crate::btree::{self, PageSource, PageStore, Range, TreeHeader, TreeKind, write as tree_write};
 use crate::env::EnvInner;
 use crate::error::{Error, Result};
 use crate::journal::diff::encode_page;
@@ -71,8 +71,8 @@ impl WriterCore {
 /// A named tree being written.
 pub(crate) struct OpenTree {
     name: Box<str>,
-    header: TreeHeader,
-    changed: bool,
+    pub(crate) header: TreeHeader,
+    pub(crate) changed: bool,
     /// Where sequential inserts can go without a descent; dropped by any other change.
     append_hint: Option<tree_write::AppendHint>,
 }
@@ -89,7 +89,7 @@ pub struct WriteTxn<'env> {
     dirty_size_bytes: u64,
     pub(crate) meta: Meta,
     meta_at_begin: Meta,
-    trees: Vec<OpenTree>,
+    pub(crate) trees: Vec<OpenTree>,
     pub(crate) freed: Vec<(u64, u64)>,
     pub(crate) free_pages: u64,
     /// The page last changed or allocated: allocation looks for free pages near it.
@@ -159,8 +159,37 @@ impl<'env> WriteTxn<'env> {
     /// # Errors
     /// [`Error::KeyTooLarge`] for a name over the key limit; corruption; scratch full.
     pub fn open_tree(&mut self, name: &str) -> Result<TreeMut<'_, 'env>> {
-        let index = self.tree_index(name, true)?.expect("created when missing");
+        let index = self
+            .tree_index(name, TreeKind::BTree, true)?
+            .expect("created when missing");
         Ok(TreeMut { txn: self, index })
+    }
+
+    /// Opens the named fixed-size tree (`u64` keys, values of `value_size` bytes), creating
+    /// it if it does not exist.
+    ///
+    /// # Errors
+    /// [`Error::WrongTreeKind`] if the name holds another kind of tree or another value
+    /// size; [`Error::ValueTooLarge`] past [`crate::fixed::FIXED_VALUE_SIZE_MAX_BYTES`];
+    /// corruption; scratch full.
+    pub fn open_fixed_tree(
+        &mut self,
+        name: &str,
+        value_size: usize,
+    ) -> Result<super::fixed::FixedTreeMut<'_, 'env>> {
+        if value_size > crate::fixed::FIXED_VALUE_SIZE_MAX_BYTES {
+            return Err(Error::ValueTooLarge {
+                size_bytes: value_size,
+                limit_bytes: crate::fixed::FIXED_VALUE_SIZE_MAX_BYTES,
+            });
+        }
+        let kind = TreeKind::Fixed {
+            value_size: value_size as u16,
+        };
+        let index = self
+            .tree_index(name, kind, true)?
+            .expect("created when missing");
+        Ok(super::fixed::FixedTreeMut::new(self, index))
     }
 
     /// Deletes the named tree and frees its pages. Returns false if it did not exist.
@@ -168,18 +197,24 @@ impl<'env> WriteTxn<'env> {
     /// # Errors
     /// Corruption; scratch full.
     pub fn delete_tree(&mut self, name: &str) -> Result<bool> {
-        let Some(index) = self.tree_index(name, false)? else {
+        let Some(index) = self
+            .tree_index(name, TreeKind::BTree, false)
+            .or_else(|e| match e {
+                Error::WrongTreeKind { .. } => Ok(self.trees.iter().position(|t| &*t.name == name)),
+                e => Err(e),
+            })?
+        else {
             return Ok(false);
         };
         let tree = self.trees.remove(index);
-        tree_write::drop_tree(self, &tree.header)?;
+        match tree.header.kind {
+            TreeKind::BTree => tree_write::drop_tree(self, &tree.header)?,
+            TreeKind::Fixed { .. } => crate::fixed::write::drop_tree(self, &tree.header)?,
+        }
         if self.meta.root_page == 0 {
             return Ok(true); // created and deleted in this transaction
         }
-        let mut root = TreeHeader {
-            root_page: self.meta.root_page,
-            entry_count: self.meta.tree_count,
-        };
+        let mut root = TreeHeader::btree(self.meta.root_page, self.meta.tree_count);
         tree_write::remove(self, &mut root, name.as_bytes())?;
         self.meta.root_page = root.root_page;
         self.meta.tree_count = root.entry_count;
@@ -195,7 +230,8 @@ impl<'env> WriteTxn<'env> {
         list_trees(&*self)
     }
 
-    fn tree_index(&mut self, name: &str, create: bool) -> Result<Option<usize>> {
+    /// The open tree `name`, opened (or with `create`, made) as `kind`.
+    fn tree_index(&mut self, name: &str, kind: TreeKind, create: bool) -> Result<Option<usize>> {
         if name.len() > KEY_SIZE_MAX_BYTES {
             return Err(Error::KeyTooLarge {
                 size_bytes: name.len(),
@@ -203,12 +239,18 @@ impl<'env> WriteTxn<'env> {
             });
         }
         if let Some(i) = self.trees.iter().position(|t| &*t.name == name) {
+            self.trees[i].header.expect_kind(name, kind)?;
             return Ok(Some(i));
         }
         let header = match lookup_tree(&*self, name)? {
             Some(h) => h,
             None if create => {
-                let header = tree_write::create(self)?;
+                let header = match kind {
+                    TreeKind::BTree => tree_write::create(self)?,
+                    TreeKind::Fixed { value_size } => {
+                        crate::fixed::write::create(self, value_size)?
+                    }
+                };
                 self.trees.push(OpenTree {
                     name: name.into(),
                     header,
@@ -219,12 +261,14 @@ impl<'env> WriteTxn<'env> {
             }
             None => return Ok(None),
         };
+        // Kept open even when of another kind, so `delete_tree` finds it.
         self.trees.push(OpenTree {
             name: name.into(),
             header,
             changed: false,
             append_hint: None,
         });
+        header.expect_kind(name, kind)?;
         Ok(Some(self.trees.len() - 1))
     }
 
@@ -236,10 +280,7 @@ impl<'env> WriteTxn<'env> {
                 if self.meta.root_page == 0 {
                     self.meta.root_page = tree_write::create(self)?.root_page;
                 }
-                let mut root = TreeHeader {
-                    root_page: self.meta.root_page,
-                    entry_count: self.meta.tree_count,
-                };
+                let mut root = TreeHeader::btree(self.meta.root_page, self.meta.tree_count);
                 tree_write::insert(self, &mut root, tree.name.as_bytes(), &tree.header.encode())?;
                 self.meta.root_page = root.root_page;
                 self.meta.tree_count = root.entry_count;

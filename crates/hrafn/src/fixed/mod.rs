@@ -1,0 +1,310 @@
+//! Fixed-size trees: `u64` keys in numeric order, every value the same size (0 to
+//! [`FIXED_VALUE_SIZE_MAX_BYTES`]) chosen when the tree is made.
+//!
+//! Entries are packed without slots or lengths, so a leaf of 16-byte values holds 339
+//! entries where a B+tree leaf holds about 200 of the same keys, and a lookup is a binary
+//! search over an array. Pages (little-endian, after the 32-byte page header):
+//! - leaf (kind 7): `count` entries of `key u64, value [value_size]`, keys ascending; the
+//!   header's aux field holds the value size;
+//! - branch (kind 8): `child0 u64`, then `count` pairs `key u64, child u64`; keys ascending,
+//!   child `i` holds the keys in `[key i, key i+1)` (child 0: below key 0).
+//!
+//! Inserts split full nodes (an insert past a leaf's last key splits it at that key, so
+//! increasing keys fill leaves completely: the append path of time series). Removes free a
+//! node that becomes empty and take it out of its parent; a root branch with one child
+//! gives way to that child. Nodes are not merged otherwise, so every leaf stays at one depth.
+
+pub mod write;
+
+use crate::btree::{DEPTH_MAX, PageSource};
+use crate::error::Result;
+use crate::limits::{PAGE_HEADER_SIZE_BYTES, PAGE_SIZE_BYTES};
+use crate::page::{OFFSET_AUX, OFFSET_ENTRY_COUNT, PageKind, corrupt, get_u16, get_u64};
+use std::ops::{Bound, RangeBounds};
+
+/// Largest value of a fixed-size tree (four entries still fit in a leaf).
+pub const FIXED_VALUE_SIZE_MAX_BYTES: usize = 1024;
+
+const BODY_BYTES: usize = PAGE_SIZE_BYTES - PAGE_HEADER_SIZE_BYTES;
+/// Separators a branch holds.
+pub const BRANCH_CAPACITY: usize = (BODY_BYTES - 8) / 16;
+
+/// Entries a leaf of `value_size`-byte values holds.
+pub fn leaf_capacity(value_size: usize) -> usize {
+    BODY_BYTES / (8 + value_size)
+}
+
+const _: () = assert!(BODY_BYTES / (8 + FIXED_VALUE_SIZE_MAX_BYTES) >= 4);
+
+/// Entries in a node (leaf entries or branch separators).
+#[inline]
+pub fn count(page: &[u8]) -> usize {
+    usize::from(get_u16(page, OFFSET_ENTRY_COUNT))
+}
+
+/// Checks a node's kind, count and (for a leaf) value size; returns whether it is a leaf.
+///
+/// # Errors
+/// [`crate::Error::Corruption`] naming the page.
+pub fn validate(page: &[u8], page_number: u64, value_size: usize) -> Result<bool> {
+    let kind = crate::page::kind(page, page_number)?;
+    let n = count(page);
+    match kind {
+        PageKind::FixedLeaf => {
+            if get_u64(page, OFFSET_AUX) != value_size as u64 {
+                return Err(corrupt(page_number, "leaf of another value size"));
+            }
+            if n > leaf_capacity(value_size) {
+                return Err(corrupt(page_number, "leaf count beyond capacity"));
+            }
+            Ok(true)
+        }
+        PageKind::FixedBranch => {
+            if n > BRANCH_CAPACITY {
+                return Err(corrupt(page_number, "branch count beyond capacity"));
+            }
+            Ok(false)
+        }
+        _ => Err(corrupt(page_number, "expected a fixed-size tree node")),
+    }
+}
+
+#[inline]
+fn leaf_at(i: usize, value_size: usize) -> usize {
+    PAGE_HEADER_SIZE_BYTES + i * (8 + value_size)
+}
+
+/// Key `i` of a leaf.
+#[inline]
+pub fn leaf_key(page: &[u8], i: usize, value_size: usize) -> u64 {
+    get_u64(page, leaf_at(i, value_size))
+}
+
+/// Value `i` of a leaf.
+#[inline]
+pub fn leaf_value(page: &[u8], i: usize, value_size: usize) -> &[u8] {
+    let at = leaf_at(i, value_size) + 8;
+    &page[at..at + value_size]
+}
+
+/// Separator `i` of a branch.
+#[inline]
+pub fn branch_key(page: &[u8], i: usize) -> u64 {
+    get_u64(page, PAGE_HEADER_SIZE_BYTES + 8 + 16 * i)
+}
+
+/// Child `c` (0..=count) of a branch.
+#[inline]
+pub fn branch_child(page: &[u8], c: usize) -> u64 {
+    if c == 0 {
+        get_u64(page, PAGE_HEADER_SIZE_BYTES)
+    } else {
+        get_u64(page, PAGE_HEADER_SIZE_BYTES + 16 * c)
+    }
+}
+
+/// Position of `key` in a leaf: `Ok(i)` found, `Err(i)` where it would go.
+pub fn leaf_search(page: &[u8], key: u64, value_size: usize) -> std::result::Result<usize, usize> {
+    let (mut lo, mut hi) = (0, count(page));
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        match leaf_key(page, mid, value_size).cmp(&key) {
+            std::cmp::Ordering::Less => lo = mid + 1,
+            std::cmp::Ordering::Greater => hi = mid,
+            std::cmp::Ordering::Equal => return Ok(mid),
+        }
+    }
+    Err(lo)
+}
+
+/// The child of a branch whose range holds `key`.
+pub fn branch_search(page: &[u8], key: u64) -> usize {
+    // Children: number of separators <= key.
+    let (mut lo, mut hi) = (0, count(page));
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        if branch_key(page, mid) <= key {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
+
+/// The value of `key` in the tree rooted at `root_page`.
+///
+/// # Errors
+/// [`crate::Error::Corruption`] for damaged pages.
+pub fn get<'a, S: PageSource<'a>>(
+    src: S,
+    root_page: u64,
+    value_size: usize,
+    key: u64,
+) -> Result<Option<&'a [u8]>> {
+    let mut page_number = root_page;
+    for _ in 0..DEPTH_MAX {
+        let page = src.page(page_number)?;
+        if validate(page, page_number, value_size)? {
+            return Ok(leaf_search(page, key, value_size)
+                .ok()
+                .map(|i| leaf_value(page, i, value_size)));
+        }
+        page_number = branch_child(page, branch_search(page, key));
+    }
+    Err(corrupt(
+        root_page,
+        "tree deeper than any valid tree (cycle?)",
+    ))
+}
+
+/// Entries of a fixed-size tree in a key range, in order.
+pub struct FixedRange<'a, S: PageSource<'a>> {
+    src: S,
+    value_size: usize,
+    /// Path from the root: (page, next child or entry index).
+    stack: Vec<(&'a [u8], usize)>,
+    end: Bound<u64>,
+    done: bool,
+}
+
+impl<'a, S: PageSource<'a>> FixedRange<'a, S> {
+    /// Positions at the first key in `range`.
+    ///
+    /// # Errors
+    /// Corruption met while positioning.
+    pub fn new(
+        src: S,
+        root_page: u64,
+        value_size: usize,
+        range: impl RangeBounds<u64>,
+    ) -> Result<FixedRange<'a, S>> {
+        let start = match range.start_bound() {
+            Bound::Included(&k) => Some(k),
+            Bound::Excluded(&k) => k.checked_add(1),
+            Bound::Unbounded => Some(0),
+        };
+        let end = range.end_bound().cloned();
+        let mut out = FixedRange {
+            src,
+            value_size,
+            stack: Vec::new(),
+            end,
+            done: start.is_none(),
+        };
+        let Some(start) = start else {
+            return Ok(out);
+        };
+        let mut page_number = root_page;
+        for _ in 0..DEPTH_MAX {
+            let page = src.page(page_number)?;
+            if validate(page, page_number, value_size)? {
+                let i = leaf_search(page, start, value_size).unwrap_or_else(|i| i);
+                out.stack.push((page, i));
+                return Ok(out);
+            }
+            let c = branch_search(page, start);
+            out.stack.push((page, c + 1));
+            page_number = branch_child(page, c);
+        }
+        Err(corrupt(
+            root_page,
+            "tree deeper than any valid tree (cycle?)",
+        ))
+    }
+
+    fn advance(&mut self) -> Result<Option<(u64, &'a [u8])>> {
+        loop {
+            let Some(&mut (page, ref mut i)) = self.stack.last_mut() else {
+                return Ok(None);
+            };
+            let leaf = crate::page::kind(page, 0)? == PageKind::FixedLeaf;
+            if leaf {
+                if *i < count(page) {
+                    let at = *i;
+                    *i += 1;
+                    return Ok(Some((
+                        leaf_key(page, at, self.value_size),
+                        leaf_value(page, at, self.value_size),
+                    )));
+                }
+                self.stack.pop();
+                continue;
+            }
+            if *i > count(page) {
+                self.stack.pop();
+                continue;
+            }
+            let child = branch_child(page, *i);
+            *i += 1;
+            if self.stack.len() > DEPTH_MAX {
+                return Err(corrupt(child, "tree deeper than any valid tree (cycle?)"));
+            }
+            let child_page = self.src.page(child)?;
+            validate(child_page, child, self.value_size)?;
+            self.stack.push((child_page, 0));
+        }
+    }
+}
+
+impl<'a, S: PageSource<'a>> Iterator for FixedRange<'a, S> {
+    type Item = Result<(u64, &'a [u8])>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        match self.advance() {
+            Ok(Some((key, value))) => {
+                let inside = match self.end {
+                    Bound::Included(end) => key <= end,
+                    Bound::Excluded(end) => key < end,
+                    Bound::Unbounded => true,
+                };
+                if inside {
+                    Some(Ok((key, value)))
+                } else {
+                    self.done = true;
+                    None
+                }
+            }
+            Ok(None) => {
+                self.done = true;
+                None
+            }
+            Err(e) => {
+                self.done = true;
+                Some(Err(e))
+            }
+        }
+    }
+}
+
+/// The entry with the largest key.
+///
+/// # Errors
+/// Corruption.
+pub fn last<'a, S: PageSource<'a>>(
+    src: S,
+    root_page: u64,
+    value_size: usize,
+) -> Result<Option<(u64, &'a [u8])>> {
+    let mut page_number = root_page;
+    for _ in 0..DEPTH_MAX {
+        let page = src.page(page_number)?;
+        if validate(page, page_number, value_size)? {
+            let n = count(page);
+            return Ok((n > 0).then(|| {
+                (
+                    leaf_key(page, n - 1, value_size),
+                    leaf_value(page, n - 1, value_size),
+                )
+            }));
+        }
+        page_number = branch_child(page, count(page));
+    }
+    Err(corrupt(
+        root_page,
+        "tree deeper than any valid tree (cycle?)",
+    ))
+}

@@ -1,0 +1,200 @@
+//! Fixed-size trees as a transaction sees them (the pages are in `crate::fixed`).
+
+use super::state::State;
+use super::write::WriteTxn;
+use crate::btree::{TreeHeader, TreeKind};
+use crate::error::{Error, Result};
+use crate::fixed::{self, FixedRange};
+use std::ops::RangeBounds;
+
+fn value_size(header: &TreeHeader) -> usize {
+    match header.kind {
+        TreeKind::Fixed { value_size } => usize::from(value_size),
+        TreeKind::BTree => unreachable!("opened as a fixed-size tree"),
+    }
+}
+
+/// A fixed-size tree in a read transaction: `u64` keys in numeric order, values of one
+/// size.
+///
+/// ```
+/// # let dir = tempfile::tempdir().unwrap();
+/// let env = hrafn::Environment::open(dir.path(), hrafn::Options::default())?;
+/// let mut wtx = env.begin_write()?;
+/// let mut series = wtx.open_fixed_tree("cpu", 8)?;
+/// for t in 0..1000u64 {
+///     series.insert(t * 15, &(t as f64).to_le_bytes())?;
+/// }
+/// wtx.commit()?;
+/// let rtx = env.begin_read()?;
+/// let series = rtx.open_fixed_tree("cpu")?;
+/// assert_eq!(series.get(30)?, Some(&2.0f64.to_le_bytes()[..]));
+/// assert_eq!(series.range(100..160)?.count(), 4);
+/// assert_eq!(series.last()?.map(|(k, _)| k), Some(999 * 15));
+/// # Ok::<(), hrafn::Error>(())
+/// ```
+pub struct FixedTree<'t> {
+    src: &'t State,
+    header: TreeHeader,
+}
+
+impl<'t> FixedTree<'t> {
+    pub(crate) fn new(src: &'t State, name: &str, header: TreeHeader) -> Result<FixedTree<'t>> {
+        if !matches!(header.kind, TreeKind::Fixed { .. }) {
+            return Err(Error::WrongTreeKind {
+                name: name.to_owned(),
+                found: header.kind.to_string(),
+                wanted: "a fixed-size tree".into(),
+            });
+        }
+        Ok(FixedTree { src, header })
+    }
+
+    /// The size of every value.
+    pub fn value_size(&self) -> usize {
+        value_size(&self.header)
+    }
+
+    /// The value of `key`.
+    ///
+    /// # Errors
+    /// Corruption.
+    pub fn get(&self, key: u64) -> Result<Option<&'t [u8]>> {
+        fixed::get(self.src, self.header.root_page, self.value_size(), key)
+    }
+
+    /// Entries with keys in `range`, in order.
+    ///
+    /// # Errors
+    /// Corruption met while positioning.
+    pub fn range(&self, range: impl RangeBounds<u64>) -> Result<FixedRange<'t, &'t State>> {
+        FixedRange::new(self.src, self.header.root_page, self.value_size(), range)
+    }
+
+    /// The entry with the smallest key.
+    ///
+    /// # Errors
+    /// Corruption.
+    pub fn first(&self) -> Result<Option<(u64, &'t [u8])>> {
+        self.range(..)?.next().transpose()
+    }
+
+    /// The entry with the largest key.
+    ///
+    /// # Errors
+    /// Corruption.
+    pub fn last(&self) -> Result<Option<(u64, &'t [u8])>> {
+        fixed::last(self.src, self.header.root_page, self.value_size())
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> u64 {
+        self.header.entry_count
+    }
+
+    /// Whether it has no entries.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A fixed-size tree opened for writing; borrows the write transaction.
+pub struct FixedTreeMut<'t, 'env> {
+    txn: &'t mut WriteTxn<'env>,
+    index: usize,
+}
+
+impl<'t, 'env> FixedTreeMut<'t, 'env> {
+    pub(crate) fn new(txn: &'t mut WriteTxn<'env>, index: usize) -> FixedTreeMut<'t, 'env> {
+        FixedTreeMut { txn, index }
+    }
+
+    fn header(&self) -> TreeHeader {
+        self.txn.trees[self.index].header
+    }
+
+    fn set_header(&mut self, header: TreeHeader) {
+        let tree = &mut self.txn.trees[self.index];
+        if tree.header != header {
+            tree.header = header;
+            tree.changed = true;
+        }
+    }
+
+    /// The size of every value.
+    pub fn value_size(&self) -> usize {
+        value_size(&self.header())
+    }
+
+    /// Inserts or replaces `key`. Returns true if a value was replaced.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `value` is not the tree's value size; scratch full;
+    /// corruption.
+    pub fn insert(&mut self, key: u64, value: &[u8]) -> Result<bool> {
+        if value.len() != self.value_size() {
+            return Err(Error::InvalidArgument(format!(
+                "a value of {} bytes for a tree of {}-byte values",
+                value.len(),
+                self.value_size()
+            )));
+        }
+        let mut header = self.header();
+        let replaced = fixed::write::insert(self.txn, &mut header, key, value)?;
+        self.set_header(header);
+        Ok(replaced)
+    }
+
+    /// Removes `key`. Returns true if it was present.
+    ///
+    /// # Errors
+    /// Scratch full, corruption.
+    pub fn remove(&mut self, key: u64) -> Result<bool> {
+        let mut header = self.header();
+        let removed = fixed::write::remove(self.txn, &mut header, key)?;
+        self.set_header(header);
+        Ok(removed)
+    }
+
+    /// The value of `key` as this transaction sees it.
+    ///
+    /// # Errors
+    /// Corruption.
+    pub fn get(&self, key: u64) -> Result<Option<&[u8]>> {
+        fixed::get(&*self.txn, self.header().root_page, self.value_size(), key)
+    }
+
+    /// Entries with keys in `range`, in order, as this transaction sees them.
+    ///
+    /// # Errors
+    /// Corruption met while positioning.
+    pub fn range<'s>(
+        &'s self,
+        range: impl RangeBounds<u64>,
+    ) -> Result<FixedRange<'s, &'s WriteTxn<'env>>> {
+        FixedRange::new(
+            &*self.txn,
+            self.header().root_page,
+            self.value_size(),
+            range,
+        )
+    }
+
+    /// The entry with the largest key.
+    ///
+    /// # Errors
+    /// Corruption.
+    pub fn last(&self) -> Result<Option<(u64, &[u8])>> {
+        fixed::last(&*self.txn, self.header().root_page, self.value_size())
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> u64 {
+        self.header().entry_count
+    }
+
+    /// Whether it has no entries.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}

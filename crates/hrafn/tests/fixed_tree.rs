@@ -1,0 +1,356 @@
+//! Fixed-size trees against an in-memory model: random inserts, replacements and removes
+//! (dense and sparse keys, runs of increasing keys), commits and aborts, range queries,
+//! first/last and counts, reopens, and the integrity check after every commit.
+
+mod common;
+
+use common::mix;
+use hrafn::{Environment, Error, Options};
+use std::collections::BTreeMap;
+use std::ops::Bound;
+
+type Model = BTreeMap<u64, Vec<u8>>;
+
+fn value(key: u64, salt: u64, size: usize) -> Vec<u8> {
+    (0..size)
+        .map(|i| mix(key ^ salt ^ i as u64) as u8)
+        .collect()
+}
+
+fn assert_same(env: &Environment, name: &str, model: &Model, seed: u64) {
+    let rtx = env.begin_read().expect("read");
+    let t = rtx.open_fixed_tree(name).expect("open");
+    assert_eq!(t.len(), model.len() as u64);
+    let all: Vec<(u64, Vec<u8>)> = t
+        .range(..)
+        .expect("range")
+        .map(|e| e.map(|(k, v)| (k, v.to_vec())).expect("entry"))
+        .collect();
+    let want: Vec<(u64, Vec<u8>)> = model.iter().map(|(k, v)| (*k, v.clone())).collect();
+    assert_eq!(all, want, "full scan");
+    assert_eq!(
+        t.first().expect("first").map(|(k, _)| k),
+        model.keys().next().copied()
+    );
+    assert_eq!(
+        t.last().expect("last").map(|(k, _)| k),
+        model.keys().next_back().copied()
+    );
+    for i in 0..20 {
+        let a = mix(seed ^ i) % 5000;
+        let b = a + mix(seed ^ i ^ 1) % 500;
+        let got: Vec<u64> = t
+            .range((Bound::Excluded(a), Bound::Included(b)))
+            .expect("range")
+            .map(|e| e.expect("entry").0)
+            .collect();
+        let want: Vec<u64> = model
+            .range((Bound::Excluded(a), Bound::Included(b)))
+            .map(|(k, _)| *k)
+            .collect();
+        assert_eq!(got, want, "range ({a}, {b}]");
+        let probe = mix(seed ^ i ^ 2) % 6000;
+        assert_eq!(
+            t.get(probe).expect("get"),
+            model.get(&probe).map(|v| &v[..])
+        );
+    }
+    env.check().expect("check");
+}
+
+#[test]
+fn random_operations_match_the_model() {
+    let mut cases = 0u64;
+    for (round, value_size) in [0usize, 8, 16, 100, 1024].into_iter().enumerate() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let options = common::small_options();
+        let mut env = Environment::open(dir.path(), options.clone()).expect("open");
+        let mut model = Model::new();
+        let seed = 0xF1_0000 + round as u64;
+        let mut r = seed;
+        let mut next = move || {
+            r = mix(r);
+            r
+        };
+        for txn in 0..40u64 {
+            let mut wtx = env.begin_write().expect("write");
+            let mut changed = model.clone();
+            {
+                let mut t = wtx.open_fixed_tree("f", value_size).expect("open");
+                let ops = 20 + next() % 400;
+                let mut append_at = changed.keys().next_back().map_or(0, |k| k + 1);
+                for _ in 0..ops {
+                    cases += 1;
+                    let op = next() % 10;
+                    // Dense keys early, then sparse ones, and runs of increasing keys.
+                    let key = match op {
+                        0..=1 => {
+                            append_at += 1 + next() % 3;
+                            append_at
+                        }
+                        _ => next() % if txn < 20 { 2000 } else { 5000 },
+                    };
+                    if op < 7 {
+                        let v = value(key, next(), value_size);
+                        let replaced = t.insert(key, &v).expect("insert");
+                        assert_eq!(replaced, changed.insert(key, v).is_some());
+                    } else {
+                        let removed = t.remove(key).expect("remove");
+                        assert_eq!(removed, changed.remove(&key).is_some());
+                    }
+                }
+                assert_eq!(t.len(), changed.len() as u64);
+            }
+            if next() % 5 == 0 {
+                wtx.abort();
+            } else {
+                wtx.commit().expect("commit");
+                model = changed;
+            }
+            assert_same(&env, "f", &model, seed ^ txn);
+            if txn % 10 == 9 {
+                drop(env);
+                env = Environment::open(dir.path(), options.clone()).expect("reopen");
+                assert_same(&env, "f", &model, seed ^ txn ^ 7);
+            }
+        }
+        // Empty it completely: pages go back to the free-space map.
+        let mut wtx = env.begin_write().expect("write");
+        {
+            let mut t = wtx.open_fixed_tree("f", value_size).expect("open");
+            for key in model.keys() {
+                assert!(t.remove(*key).expect("remove"));
+            }
+            assert!(t.is_empty());
+        }
+        wtx.commit().expect("commit");
+        model.clear();
+        assert_same(&env, "f", &model, seed);
+    }
+    assert!(cases >= 10_000, "{cases} cases");
+}
+
+#[test]
+fn sequential_keys_fill_pages_and_delete_frees_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = Environment::open(dir.path(), Options::default()).expect("open");
+    let count = 200_000u64;
+    let mut wtx = env.begin_write().expect("write");
+    {
+        let mut fixed = wtx.open_fixed_tree("fixed", 16).expect("fixed");
+        for k in 0..count {
+            fixed.insert(k, &[k as u8; 16]).expect("insert");
+        }
+    }
+    {
+        let mut btree = wtx.open_tree("btree").expect("btree");
+        for k in 0..count {
+            btree
+                .insert(k.to_be_bytes(), [k as u8; 16])
+                .expect("insert");
+        }
+    }
+    wtx.commit().expect("commit");
+    let before = env.check().expect("check");
+    let mut wtx = env.begin_write().expect("write");
+    assert!(wtx.delete_tree("fixed").expect("delete"));
+    wtx.commit().expect("commit");
+    let without_fixed = env.check().expect("check");
+    let fixed_pages = before.used_pages - without_fixed.used_pages;
+    let mut wtx = env.begin_write().expect("write");
+    assert!(wtx.delete_tree("btree").expect("delete"));
+    wtx.commit().expect("commit");
+    let empty = env.check().expect("check");
+    let btree_pages = without_fixed.used_pages - empty.used_pages;
+    // 339 entries per leaf, filled completely by increasing keys.
+    let leaves = count.div_ceil(339);
+    assert!(
+        fixed_pages <= leaves + leaves / 100 + 2,
+        "{fixed_pages} pages for {leaves} full leaves"
+    );
+    // 24 bytes an entry against the B+tree's 30 (slot, lengths): about 0.73 of its pages.
+    assert!(
+        fixed_pages * 4 <= btree_pages * 3,
+        "fixed-size tree {fixed_pages} pages, B+tree {btree_pages}"
+    );
+    eprintln!("200,000 u64 → 16 bytes: fixed-size tree {fixed_pages} pages, B+tree {btree_pages}");
+}
+
+#[test]
+fn kinds_and_sizes_do_not_mix() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = Environment::open(dir.path(), Options::default()).expect("open");
+    let mut wtx = env.begin_write().expect("write");
+    wtx.open_fixed_tree("f", 8).expect("fixed");
+    wtx.open_tree("b").expect("btree");
+    assert!(matches!(
+        wtx.open_tree("f"),
+        Err(Error::WrongTreeKind { .. })
+    ));
+    assert!(matches!(
+        wtx.open_fixed_tree("f", 16),
+        Err(Error::WrongTreeKind { .. })
+    ));
+    assert!(matches!(
+        wtx.open_fixed_tree("b", 8),
+        Err(Error::WrongTreeKind { .. })
+    ));
+    assert!(matches!(
+        wtx.open_fixed_tree("big", 1025),
+        Err(Error::ValueTooLarge { .. })
+    ));
+    {
+        let mut f = wtx.open_fixed_tree("f", 8).expect("fixed");
+        assert!(matches!(
+            f.insert(1, &[0; 7]),
+            Err(Error::InvalidArgument(_))
+        ));
+        f.insert(1, &[1; 8]).expect("insert");
+    }
+    wtx.commit().expect("commit");
+    let rtx = env.begin_read().expect("read");
+    assert!(matches!(
+        rtx.open_tree("f"),
+        Err(Error::WrongTreeKind { .. })
+    ));
+    assert!(matches!(
+        rtx.open_fixed_tree("b"),
+        Err(Error::WrongTreeKind { .. })
+    ));
+    assert_eq!(
+        rtx.open_fixed_tree("f").expect("f").get(1).expect("get"),
+        Some(&[1u8; 8][..])
+    );
+}
+
+/// Large values make many small leaves: branches split into three levels, then shrink
+/// back to one leaf as random removes empty nodes.
+#[test]
+fn deep_trees_split_and_shrink() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = Environment::open(dir.path(), Options::default()).expect("open");
+    let mut model = Model::new();
+    let mut keys: Vec<u64> = (0..20_000u64).map(|i| mix(i ^ 0xDEE9)).collect();
+    for chunk in keys.chunks(5_000) {
+        let mut wtx = env.begin_write().expect("write");
+        {
+            let mut t = wtx.open_fixed_tree("deep", 1024).expect("open");
+            for &k in chunk {
+                let v = value(k, 3, 1024);
+                t.insert(k, &v).expect("insert");
+                model.insert(k, v);
+            }
+        }
+        wtx.commit().expect("commit");
+        assert_same(&env, "deep", &model, chunk[0]);
+    }
+    let grown = env.check().expect("check").used_pages;
+    assert!(grown > 20_000 / 7, "{grown} pages");
+    keys.sort_by_key(|&k| mix(k));
+    for chunk in keys.chunks(4_000) {
+        let mut wtx = env.begin_write().expect("write");
+        {
+            let mut t = wtx.open_fixed_tree("deep", 1024).expect("open");
+            for &k in chunk {
+                assert!(t.remove(k).expect("remove"));
+                model.remove(&k);
+            }
+        }
+        wtx.commit().expect("commit");
+        assert_same(&env, "deep", &model, chunk[0]);
+    }
+    let report = env.check().expect("check");
+    assert_eq!(report.entry_count, 0);
+    // Meta, the free-space map, the root tree and one empty leaf.
+    assert!(report.used_pages <= 6, "{} pages in use", report.used_pages);
+}
+
+mod crash_support;
+
+/// Power loss at every storage operation of a workload of fixed-size tree commits (with
+/// flushes and syncs between): every damage variant recovers to the state after one
+/// transaction between the last acknowledged and the last submitted, and checks clean.
+#[test]
+fn power_loss_recovers_a_committed_state() {
+    use crash_support::DAMAGE_VARIANTS;
+    use hrafn::storage::sim::SimStorage;
+    use std::sync::Arc;
+
+    const COMMITS: u64 = 30;
+    let options = crash_support::deterministic_options();
+    // Runs the workload; returns the models after each commit and how many were acked.
+    let run = |sim: &SimStorage| -> (Vec<Model>, usize) {
+        let mut models = vec![Model::new()];
+        let Ok(env) = Environment::open_with_storage(Arc::new(sim.clone()), options.clone()) else {
+            return (models, 0);
+        };
+        let mut acked = 0;
+        for txn in 0..COMMITS {
+            let mut model = models.last().expect("model").clone();
+            let step = (|| {
+                let mut wtx = env.begin_write()?;
+                {
+                    let mut t = wtx.open_fixed_tree("f", 16)?;
+                    for i in 0..200 {
+                        let key = mix(txn * 1000 + i) % 3000;
+                        if mix(key ^ txn) % 4 == 0 {
+                            t.remove(key)?;
+                            model.remove(&key);
+                        } else {
+                            let v = value(key, txn, 16);
+                            t.insert(key, &v)?;
+                            model.insert(key, v);
+                        }
+                    }
+                }
+                wtx.commit()?;
+                if txn % 7 == 6 {
+                    env.flush_and_sync()?;
+                }
+                Ok::<(), Error>(())
+            })();
+            models.push(model);
+            if step.is_err() {
+                break;
+            }
+            acked += 1;
+        }
+        (models, acked)
+    };
+    let dry = SimStorage::new(0xF1ED);
+    let (_, acked) = run(&dry);
+    assert_eq!(acked, COMMITS as usize);
+    let ops = dry.ops_count();
+    let mut states = 0;
+    for op in 0..ops {
+        let sim = SimStorage::new(0xF1ED);
+        sim.crash_at(op);
+        let (models, acked) = run(&sim);
+        for (damage, salt) in DAMAGE_VARIANTS {
+            let disk = sim.power_cut_salted(damage, salt);
+            let env = Environment::open_with_storage(Arc::new(disk), options.clone())
+                .unwrap_or_else(|e| panic!("op {op} {damage:?}: reopen failed: {e}"));
+            let rtx = env.begin_read().expect("read");
+            let found: Model = match rtx.open_fixed_tree("f") {
+                Ok(t) => t
+                    .range(..)
+                    .expect("range")
+                    .map(|e| e.map(|(k, v)| (k, v.to_vec())).expect("entry"))
+                    .collect(),
+                Err(Error::TreeNotFound { .. }) => Model::new(),
+                Err(e) => panic!("op {op} {damage:?}: {e}"),
+            };
+            drop(rtx);
+            let matches = (acked..models.len()).any(|j| models[j] == found);
+            assert!(
+                matches,
+                "op {op} {damage:?}: recovered a state that is not one of commits {acked}..{}",
+                models.len() - 1
+            );
+            env.check()
+                .unwrap_or_else(|e| panic!("op {op} {damage:?}: check: {e}"));
+            states += 1;
+        }
+    }
+    eprintln!("fixed-size tree power loss: {states} crash states over {ops} operations");
+}
