@@ -9,7 +9,7 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, RngCore, SeedableRng};
 
-use crate::engines::{self, Engine};
+use crate::engines::{self, Engine, Reader, Writer};
 use crate::journal;
 use crate::result::BenchResult;
 use crate::sys;
@@ -149,6 +149,26 @@ pub const SPECS: &[Spec] = &[
         "range_scan",
         "10k scans of 100 keys from random starts",
     ),
+    row(
+        "u64_insert_fixed",
+        "u64",
+        "1M random u64 keys -> 16-byte values, 100 txns; hrafn: fixed-size tree",
+    ),
+    row(
+        "u64_insert_btree",
+        "u64",
+        "the same; hrafn: B+tree with 8-byte big-endian keys",
+    ),
+    row(
+        "u64_get_fixed",
+        "u64",
+        "reopen, point-read every key in random order; hrafn: fixed-size tree",
+    ),
+    row(
+        "u64_get_btree",
+        "u64",
+        "the same; hrafn: B+tree with 8-byte big-endian keys",
+    ),
     disk(row(
         "journal_raw_direct_4k",
         "journal_raw",
@@ -287,6 +307,10 @@ pub fn run(spec: &Spec, engine_name: &str, cfg: &Config, dir: &Path) -> Result<B
         "concurrent_writers" => concurrent_writers(spec, engine_name, cfg, &db_dir)?,
         "range_scan_full" => range_scan_full(spec, engine_name, cfg, &db_dir)?,
         "range_scan_rnd100" => range_scan_rnd100(spec, engine_name, cfg, &db_dir)?,
+        "u64_insert_fixed" => u64_rows(spec, engine_name, cfg, &db_dir, true, false)?,
+        "u64_insert_btree" => u64_rows(spec, engine_name, cfg, &db_dir, false, false)?,
+        "u64_get_fixed" => u64_rows(spec, engine_name, cfg, &db_dir, true, true)?,
+        "u64_get_btree" => u64_rows(spec, engine_name, cfg, &db_dir, false, true)?,
         "journal_raw_direct_4k" => journal::run(spec.name, cfg, dir, 4096, true)?,
         "journal_raw_direct_16k" => journal::run(spec.name, cfg, dir, 16384, true)?,
         "journal_raw_fdatasync_4k" => journal::run(spec.name, cfg, dir, 4096, false)?,
@@ -670,4 +694,73 @@ mod tests {
             }
         }
     }
+}
+
+/// Value size of the u64 rows.
+const U64_VALUE_LEN: usize = 16;
+const U64_TXNS: u64 = 100;
+
+/// The u64 rows: random `u64` keys with 16-byte values inserted in [`U64_TXNS`]
+/// non-durable transactions (timed for the insert rows), then, for the get rows, reopened
+/// and every key read in another random order. `fixed` picks Hrafn's fixed-size tree
+/// ([`Engine::write_u64`]) over its B+tree; the other engines run the same either way.
+fn u64_rows(
+    spec: &Spec,
+    name: &str,
+    cfg: &Config,
+    dir: &Path,
+    fixed: bool,
+    get: bool,
+) -> Result<BenchResult> {
+    let n = cfg.entries();
+    let mut rng = StdRng::seed_from_u64(64);
+    let keys: Vec<u64> = (0..n).map(|_| rng.next_u64()).collect();
+    let values = Values::new(64);
+    let write = |engine: &dyn Engine, f: &mut dyn FnMut(&mut dyn Writer) -> Result<()>| {
+        if fixed {
+            engine.write_u64(f)
+        } else {
+            engine.write(f)
+        }
+    };
+    let elapsed = {
+        let engine = engines::open(name, dir, false)?;
+        let start = Instant::now();
+        for chunk in keys.chunks((n / U64_TXNS).max(1) as usize) {
+            write(engine.as_ref(), &mut |w| {
+                for &k in chunk {
+                    w.put(&k.to_be_bytes(), &values.get(k)[..U64_VALUE_LEN])?;
+                }
+                Ok(())
+            })?;
+        }
+        start.elapsed()
+    };
+    if !get {
+        return Ok(BenchResult::measured(
+            spec.name, name, cfg.scale, n, "entries", elapsed,
+        ));
+    }
+    let engine = engines::open(name, dir, false)?;
+    let mut order = keys;
+    order.shuffle(&mut rng);
+    let start = Instant::now();
+    let mut read = |r: &dyn Reader| -> Result<()> {
+        for &k in &order {
+            match r.get(&k.to_be_bytes())? {
+                Some(U64_VALUE_LEN) => {}
+                other => bail!("key {k}: {other:?}"),
+            }
+        }
+        Ok(())
+    };
+    if fixed {
+        engine.read_u64(&mut read)?;
+    } else {
+        engine.read(&mut read)?;
+    }
+    let elapsed = start.elapsed();
+    Ok(BenchResult::measured(
+        spec.name, name, cfg.scale, n, "reads", elapsed,
+    ))
 }

@@ -76,7 +76,73 @@ impl Reader for HrafnReader<'_, '_> {
     }
 }
 
+/// The fixed-size tree `write_u64` and `read_u64` use.
+const U64_TREE: &str = "bench_u64";
+const U64_VALUE_LEN: usize = 16;
+
+fn u64_key(key: &[u8]) -> Result<u64> {
+    Ok(u64::from_be_bytes(
+        key.try_into().context("a u64 key is 8 bytes")?,
+    ))
+}
+
+struct FixedWriter<'a, 't, 'e> {
+    tree: &'a mut hrafn::FixedTreeMut<'t, 'e>,
+}
+
+impl Writer for FixedWriter<'_, '_, '_> {
+    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.tree.insert(u64_key(key)?, value)?;
+        Ok(())
+    }
+}
+
+struct FixedReader<'a, 't> {
+    tree: &'a hrafn::FixedTree<'t>,
+}
+
+impl Reader for FixedReader<'_, '_> {
+    fn get(&self, key: &[u8]) -> Result<Option<usize>> {
+        Ok(self.tree.get(u64_key(key)?)?.map(<[u8]>::len))
+    }
+
+    fn scan(
+        &self,
+        start: &[u8],
+        limit: Option<usize>,
+        visit: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<usize> {
+        let from = if start.is_empty() { 0 } else { u64_key(start)? };
+        let mut n = 0;
+        for item in self.tree.range(from..)? {
+            if limit.is_some_and(|l| n >= l) {
+                break;
+            }
+            let (k, v) = item?;
+            visit(&k.to_be_bytes(), v);
+            n += 1;
+        }
+        Ok(n)
+    }
+}
+
 impl Engine for Hrafn {
+    fn write_u64(&self, f: &mut dyn FnMut(&mut dyn Writer) -> Result<()>) -> Result<()> {
+        let mut wtx = self.env.begin_write()?;
+        {
+            let mut tree = wtx.open_fixed_tree(U64_TREE, U64_VALUE_LEN)?;
+            f(&mut FixedWriter { tree: &mut tree })?;
+        }
+        wtx.commit()?;
+        Ok(())
+    }
+
+    fn read_u64(&self, f: &mut dyn FnMut(&dyn Reader) -> Result<()>) -> Result<()> {
+        let rtx = self.env.begin_read()?;
+        let tree = rtx.open_fixed_tree(U64_TREE)?;
+        f(&FixedReader { tree: &tree })
+    }
+
     fn write(&self, f: &mut dyn FnMut(&mut dyn Writer) -> Result<()>) -> Result<()> {
         let mut wtx = self.env.begin_write()?;
         {

@@ -45,6 +45,19 @@ pub trait Engine: Send + Sync {
 
     /// Runs `f` inside one read transaction (a consistent snapshot).
     fn read(&self, f: &mut dyn FnMut(&dyn Reader) -> Result<()>) -> Result<()>;
+
+    /// [`Engine::write`] on the engine's structure for `u64` keys (given to `put` as 8
+    /// big-endian bytes) and 16-byte values. Hrafn has a fixed-size tree for them; the
+    /// others keep their usual table, whose order on big-endian keys is the numeric one
+    /// (heed's `U64<BE>` is those bytes).
+    fn write_u64(&self, f: &mut dyn FnMut(&mut dyn Writer) -> Result<()>) -> Result<()> {
+        self.write(f)
+    }
+
+    /// [`Engine::read`] on the structure [`Engine::write_u64`] writes.
+    fn read_u64(&self, f: &mut dyn FnMut(&dyn Reader) -> Result<()>) -> Result<()> {
+        self.read(f)
+    }
 }
 
 /// Writes inside one transaction.
