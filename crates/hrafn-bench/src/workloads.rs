@@ -630,72 +630,6 @@ fn range_scan_rnd100(spec: &Spec, name: &str, cfg: &Config, dir: &Path) -> Resul
     Ok(r)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn keys_are_zero_padded_decimal() {
-        assert_eq!(&decimal_key(0), b"0000000000000000");
-        assert_eq!(&decimal_key(1_234_567), b"0000000001234567");
-        assert!(
-            decimal_key(9) < decimal_key(10),
-            "decimal keys sort numerically"
-        );
-    }
-
-    #[test]
-    fn groups_expand_to_rows() {
-        let rows = select(&["read_parallel".into(), "fill_seq".into()]).expect("select");
-        let names: Vec<&str> = rows.iter().map(|s| s.name).collect();
-        assert_eq!(
-            names,
-            [
-                "fill_seq",
-                "read_parallel_t1",
-                "read_parallel_t2",
-                "read_parallel_t4"
-            ]
-        );
-        assert!(select(&["nope".into()]).is_err());
-        assert_eq!(
-            Config {
-                scale: 0.2,
-                bulk_100m: false
-            }
-            .entries(),
-            200_000
-        );
-    }
-
-    /// Every row runs end to end at a tiny scale against every compiled-in engine.
-    #[test]
-    fn all_rows_run_tiny() {
-        let cfg = Config {
-            scale: 0.0005,
-            bulk_100m: false,
-        };
-        for spec in SPECS {
-            let engines: Vec<&str> = if spec.raw_disk {
-                vec![DISK]
-            } else {
-                engines::ALL_ENGINES
-                    .iter()
-                    .copied()
-                    .filter(|e| engines::compiled_in(e))
-                    .collect()
-            };
-            for engine in engines {
-                let dir = tempfile::tempdir().expect("tempdir");
-                let r = run(spec, engine, &cfg, dir.path())
-                    .unwrap_or_else(|e| panic!("{} on {engine}: {e:#}", spec.name));
-                assert!(r.ops > 0 && r.ops_per_sec > 0.0, "{}: {r:?}", spec.name);
-                assert_eq!(r.disk_bytes.is_some(), !spec.raw_disk, "{}", spec.name);
-            }
-        }
-    }
-}
-
 /// Value size of the u64 rows.
 const U64_VALUE_LEN: usize = 16;
 const U64_TXNS: u64 = 100;
@@ -763,4 +697,70 @@ fn u64_rows(
     Ok(BenchResult::measured(
         spec.name, name, cfg.scale, n, "reads", elapsed,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_zero_padded_decimal() {
+        assert_eq!(&decimal_key(0), b"0000000000000000");
+        assert_eq!(&decimal_key(1_234_567), b"0000000001234567");
+        assert!(
+            decimal_key(9) < decimal_key(10),
+            "decimal keys sort numerically"
+        );
+    }
+
+    #[test]
+    fn groups_expand_to_rows() {
+        let rows = select(&["read_parallel".into(), "fill_seq".into()]).expect("select");
+        let names: Vec<&str> = rows.iter().map(|s| s.name).collect();
+        assert_eq!(
+            names,
+            [
+                "fill_seq",
+                "read_parallel_t1",
+                "read_parallel_t2",
+                "read_parallel_t4"
+            ]
+        );
+        assert!(select(&["nope".into()]).is_err());
+        assert_eq!(
+            Config {
+                scale: 0.2,
+                bulk_100m: false
+            }
+            .entries(),
+            200_000
+        );
+    }
+
+    /// Every row runs end to end at a tiny scale against every compiled-in engine.
+    #[test]
+    fn all_rows_run_tiny() {
+        let cfg = Config {
+            scale: 0.0005,
+            bulk_100m: false,
+        };
+        for spec in SPECS {
+            let engines: Vec<&str> = if spec.raw_disk {
+                vec![DISK]
+            } else {
+                engines::ALL_ENGINES
+                    .iter()
+                    .copied()
+                    .filter(|e| engines::compiled_in(e))
+                    .collect()
+            };
+            for engine in engines {
+                let dir = tempfile::tempdir().expect("tempdir");
+                let r = run(spec, engine, &cfg, dir.path())
+                    .unwrap_or_else(|e| panic!("{} on {engine}: {e:#}", spec.name));
+                assert!(r.ops > 0 && r.ops_per_sec > 0.0, "{}: {r:?}", spec.name);
+                assert_eq!(r.disk_bytes.is_some(), !spec.raw_disk, "{}", spec.name);
+            }
+        }
+    }
 }
