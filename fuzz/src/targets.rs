@@ -842,6 +842,9 @@ pub fn page_decode(data: &[u8]) {
         if let Ok(range) = hrafn::fixed::FixedRange::new(src, root, value_size, probe..) {
             for _ in range.take(2_000) {}
         }
+        if let Ok(range) = hrafn::fixed::FixedRange::new_rev(src, root, value_size, ..=probe) {
+            for _ in range.take(2_000) {}
+        }
         let _ = hrafn::btree::get(src, root, &key);
         if let Ok(range) = hrafn::btree::Range::new(
             src,

@@ -28,6 +28,16 @@ fn assert_same(env: &Environment, name: &str, model: &Model, seed: u64) {
         .collect();
     let want: Vec<(u64, Vec<u8>)> = model.iter().map(|(k, v)| (*k, v.clone())).collect();
     assert_eq!(all, want, "full scan");
+    let all_rev: Vec<u64> = t
+        .range_rev(..)
+        .expect("range")
+        .map(|e| e.expect("entry").0)
+        .collect();
+    assert_eq!(
+        all_rev,
+        model.keys().rev().copied().collect::<Vec<_>>(),
+        "full reverse scan"
+    );
     assert_eq!(
         t.first().expect("first").map(|(k, _)| k),
         model.keys().next().copied()
@@ -49,6 +59,20 @@ fn assert_same(env: &Environment, name: &str, model: &Model, seed: u64) {
             .map(|(k, _)| *k)
             .collect();
         assert_eq!(got, want, "range ({a}, {b}]");
+        let got_rev: Vec<u64> = t
+            .range_rev((Bound::Excluded(a), Bound::Included(b)))
+            .expect("range")
+            .map(|e| e.expect("entry").0)
+            .collect();
+        let want_rev: Vec<u64> = want.iter().rev().copied().collect();
+        assert_eq!(got_rev, want_rev, "reverse range ({a}, {b}]");
+        let got_rev: Vec<u64> = t
+            .range_rev(a..b)
+            .expect("range")
+            .map(|e| e.expect("entry").0)
+            .collect();
+        let want_rev: Vec<u64> = model.range(a..b).rev().map(|(k, _)| *k).collect();
+        assert_eq!(got_rev, want_rev, "reverse range [{a}, {b})");
         let probe = mix(seed ^ i ^ 2) % 6000;
         assert_eq!(
             t.get(probe).expect("get"),

@@ -158,13 +158,17 @@ pub fn get<'a, S: PageSource<'a>>(
     ))
 }
 
-/// Entries of a fixed-size tree in a key range, in order.
+/// Entries of a fixed-size tree in a key range, in order (or in reverse order, from
+/// [`FixedRange::new_rev`]).
 pub struct FixedRange<'a, S: PageSource<'a>> {
     src: S,
     value_size: usize,
-    /// Path from the root: (page, next child or entry index).
+    /// Path from the root: (page, position). Forward: the next child or entry index.
+    /// Reverse: one past it (0 = this node is done).
     stack: Vec<(&'a [u8], usize)>,
-    end: Bound<u64>,
+    /// The bound iteration stops at (the end forward, the start in reverse).
+    stop: Bound<u64>,
+    reverse: bool,
     done: bool,
 }
 
@@ -184,27 +188,74 @@ impl<'a, S: PageSource<'a>> FixedRange<'a, S> {
             Bound::Excluded(&k) => k.checked_add(1),
             Bound::Unbounded => Some(0),
         };
-        let end = range.end_bound().cloned();
+        Self::positioned(
+            src,
+            root_page,
+            value_size,
+            start,
+            range.end_bound().cloned(),
+            false,
+        )
+    }
+
+    /// Positions at the last key in `range`, to iterate downwards.
+    ///
+    /// # Errors
+    /// Corruption met while positioning.
+    pub fn new_rev(
+        src: S,
+        root_page: u64,
+        value_size: usize,
+        range: impl RangeBounds<u64>,
+    ) -> Result<FixedRange<'a, S>> {
+        let end = match range.end_bound() {
+            Bound::Included(&k) => Some(k),
+            Bound::Excluded(&k) => k.checked_sub(1),
+            Bound::Unbounded => Some(u64::MAX),
+        };
+        Self::positioned(
+            src,
+            root_page,
+            value_size,
+            end,
+            range.start_bound().cloned(),
+            true,
+        )
+    }
+
+    fn positioned(
+        src: S,
+        root_page: u64,
+        value_size: usize,
+        from: Option<u64>,
+        stop: Bound<u64>,
+        reverse: bool,
+    ) -> Result<FixedRange<'a, S>> {
         let mut out = FixedRange {
             src,
             value_size,
             stack: Vec::new(),
-            end,
-            done: start.is_none(),
+            stop,
+            reverse,
+            done: from.is_none(),
         };
-        let Some(start) = start else {
+        let Some(from) = from else {
             return Ok(out);
         };
         let mut page_number = root_page;
         for _ in 0..DEPTH_MAX {
             let page = src.page(page_number)?;
             if validate(page, page_number, value_size)? {
-                let i = leaf_search(page, start, value_size).unwrap_or_else(|i| i);
+                let i = match leaf_search(page, from, value_size) {
+                    Ok(i) if reverse => i + 1,
+                    Ok(i) | Err(i) => i,
+                };
                 out.stack.push((page, i));
                 return Ok(out);
             }
-            let c = branch_search(page, start);
-            out.stack.push((page, c + 1));
+            let c = branch_search(page, from);
+            // Forward: the next child to visit is c + 1; reverse: c (one past c - 1).
+            out.stack.push((page, if reverse { c } else { c + 1 }));
             page_number = branch_child(page, c);
         }
         Err(corrupt(
@@ -219,30 +270,40 @@ impl<'a, S: PageSource<'a>> FixedRange<'a, S> {
                 return Ok(None);
             };
             let leaf = crate::page::kind(page, 0)? == PageKind::FixedLeaf;
+            let n = count(page);
+            let next = if self.reverse {
+                (*i > 0).then(|| {
+                    *i -= 1;
+                    *i
+                })
+            } else if *i < n + usize::from(!leaf) {
+                *i += 1;
+                Some(*i - 1)
+            } else {
+                None
+            };
+            let Some(at) = next else {
+                self.stack.pop();
+                continue;
+            };
             if leaf {
-                if *i < count(page) {
-                    let at = *i;
-                    *i += 1;
-                    return Ok(Some((
-                        leaf_key(page, at, self.value_size),
-                        leaf_value(page, at, self.value_size),
-                    )));
-                }
-                self.stack.pop();
-                continue;
+                return Ok(Some((
+                    leaf_key(page, at, self.value_size),
+                    leaf_value(page, at, self.value_size),
+                )));
             }
-            if *i > count(page) {
-                self.stack.pop();
-                continue;
-            }
-            let child = branch_child(page, *i);
-            *i += 1;
+            let child = branch_child(page, at);
             if self.stack.len() > DEPTH_MAX {
                 return Err(corrupt(child, "tree deeper than any valid tree (cycle?)"));
             }
             let child_page = self.src.page(child)?;
-            validate(child_page, child, self.value_size)?;
-            self.stack.push((child_page, 0));
+            let child_leaf = validate(child_page, child, self.value_size)?;
+            let start = if self.reverse {
+                count(child_page) + usize::from(!child_leaf)
+            } else {
+                0
+            };
+            self.stack.push((child_page, start));
         }
     }
 }
@@ -256,10 +317,12 @@ impl<'a, S: PageSource<'a>> Iterator for FixedRange<'a, S> {
         }
         match self.advance() {
             Ok(Some((key, value))) => {
-                let inside = match self.end {
-                    Bound::Included(end) => key <= end,
-                    Bound::Excluded(end) => key < end,
-                    Bound::Unbounded => true,
+                let inside = match (self.stop, self.reverse) {
+                    (Bound::Included(stop), false) => key <= stop,
+                    (Bound::Excluded(stop), false) => key < stop,
+                    (Bound::Included(stop), true) => key >= stop,
+                    (Bound::Excluded(stop), true) => key > stop,
+                    (Bound::Unbounded, _) => true,
                 };
                 if inside {
                     Some(Ok((key, value)))

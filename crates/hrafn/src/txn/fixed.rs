@@ -31,6 +31,8 @@ fn value_size(header: &TreeHeader) -> usize {
 /// assert_eq!(series.get(30)?, Some(&2.0f64.to_le_bytes()[..]));
 /// assert_eq!(series.range(100..160)?.count(), 4);
 /// assert_eq!(series.last()?.map(|(k, _)| k), Some(999 * 15));
+/// let newest: Vec<u64> = series.range_rev(..)?.take(2).map(|e| e.map(|(k, _)| k)).collect::<Result<_, _>>()?;
+/// assert_eq!(newest, [999 * 15, 998 * 15]);
 /// # Ok::<(), hrafn::Error>(())
 /// ```
 pub struct FixedTree<'t> {
@@ -69,6 +71,14 @@ impl<'t> FixedTree<'t> {
     /// Corruption met while positioning.
     pub fn range(&self, range: impl RangeBounds<u64>) -> Result<FixedRange<'t, &'t State>> {
         FixedRange::new(self.src, self.header.root_page, self.value_size(), range)
+    }
+
+    /// Entries with keys in `range`, from the largest down.
+    ///
+    /// # Errors
+    /// Corruption met while positioning.
+    pub fn range_rev(&self, range: impl RangeBounds<u64>) -> Result<FixedRange<'t, &'t State>> {
+        FixedRange::new_rev(self.src, self.header.root_page, self.value_size(), range)
     }
 
     /// The entry with the smallest key.
@@ -173,6 +183,22 @@ impl<'t, 'env> FixedTreeMut<'t, 'env> {
         range: impl RangeBounds<u64>,
     ) -> Result<FixedRange<'s, &'s WriteTxn<'env>>> {
         FixedRange::new(
+            &*self.txn,
+            self.header().root_page,
+            self.value_size(),
+            range,
+        )
+    }
+
+    /// Entries with keys in `range`, from the largest down, as this transaction sees them.
+    ///
+    /// # Errors
+    /// Corruption met while positioning.
+    pub fn range_rev<'s>(
+        &'s self,
+        range: impl RangeBounds<u64>,
+    ) -> Result<FixedRange<'s, &'s WriteTxn<'env>>> {
+        FixedRange::new_rev(
             &*self.txn,
             self.header().root_page,
             self.value_size(),
