@@ -77,7 +77,6 @@ pub fn insert<S: PageStore>(
 ) -> Result<bool> {
     let value_size = value_size_of(tree);
     debug_assert_eq!(value.len(), value_size);
-    let entry_size = 8 + value_size;
     let (path, leaf) = descend(store, tree, key)?;
     let page = store.page(leaf)?;
     let n = count(page);
@@ -88,12 +87,7 @@ pub fn insert<S: PageStore>(
             return Ok(true);
         }
         Err(i) if n < leaf_capacity(value_size) => {
-            let page = store.page_mut(leaf)?;
-            let at = leaf_at(i, value_size);
-            page.copy_within(at..leaf_at(n, value_size), at + entry_size);
-            put_u64(page, at, key);
-            page[at + 8..at + entry_size].copy_from_slice(value);
-            set_count(page, n + 1);
+            put_entry(store.page_mut(leaf)?, n, i, key, value);
         }
         Err(i) => {
             // Full: split. An insert past the last key keeps the left leaf full (sequential
@@ -115,18 +109,23 @@ pub fn insert<S: PageStore>(
                 (leaf, i)
             };
             let target_n = count(store.page(target)?);
-            let page = store.page_mut(target)?;
-            let at = leaf_at(at_index, value_size);
-            page.copy_within(at..leaf_at(target_n, value_size), at + entry_size);
-            put_u64(page, at, key);
-            page[at + 8..at + entry_size].copy_from_slice(value);
-            set_count(page, target_n + 1);
+            put_entry(store.page_mut(target)?, target_n, at_index, key, value);
             let separator = leaf_key(store.page(right)?, 0, value_size);
             insert_separator(store, tree, path, separator, right)?;
         }
     }
     tree.entry_count += 1;
     Ok(false)
+}
+
+/// Puts `(key, value)` at entry `i` of a leaf of `n` entries that has room.
+fn put_entry(page: &mut [u8], n: usize, i: usize, key: u64, value: &[u8]) {
+    let value_size = value.len();
+    let at = leaf_at(i, value_size);
+    page.copy_within(at..leaf_at(n, value_size), at + 8 + value_size);
+    put_u64(page, at, key);
+    page[at + 8..at + 8 + value_size].copy_from_slice(value);
+    set_count(page, n + 1);
 }
 
 /// Inserts `(separator, right)` after the child taken at the end of `path`, splitting

@@ -124,11 +124,7 @@ impl<'t, 'env> FixedTreeMut<'t, 'env> {
     }
 
     fn set_header(&mut self, header: TreeHeader) {
-        let tree = &mut self.txn.trees[self.index];
-        if tree.header != header {
-            tree.header = header;
-            tree.changed = true;
-        }
+        self.txn.set_tree_header(self.index, header);
     }
 
     /// The size of every value.

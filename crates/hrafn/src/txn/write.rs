@@ -272,6 +272,15 @@ impl<'env> WriteTxn<'env> {
         Ok(Some(self.trees.len() - 1))
     }
 
+    /// Records an open tree's new header, to be stored at commit.
+    pub(crate) fn set_tree_header(&mut self, index: usize, header: TreeHeader) {
+        let tree = &mut self.trees[index];
+        if tree.header != header {
+            tree.header = header;
+            tree.changed = true;
+        }
+    }
+
     /// Stores changed tree headers into the root tree.
     fn write_back_trees(&mut self) -> Result<()> {
         let mut trees = std::mem::take(&mut self.trees);
@@ -497,11 +506,7 @@ impl TreeMut<'_, '_> {
     }
 
     fn set_header(&mut self, header: TreeHeader) {
-        let tree = &mut self.txn.trees[self.index];
-        if tree.header != header {
-            tree.header = header;
-            tree.changed = true;
-        }
+        self.txn.set_tree_header(self.index, header);
     }
 
     /// Inserts or replaces `key`. Returns true if a value was replaced.
