@@ -251,11 +251,11 @@ fn smoke(name: &str, body: fn(&[u8]), count: u64, max_len: usize, seed: u64) {
         let result = std::panic::catch_unwind(|| body(&input));
         let took = input_started.elapsed();
         if took > std::time::Duration::from_secs(2) {
-            println!(
+            common::summary(&format!(
                 "fuzz smoke: {name}: input {i} took {:.1} s: {}",
                 took.as_secs_f64(),
                 hex(&input[..input.len().min(64)])
-            );
+            ));
         }
         if result.is_err() || PANICKED.load(Ordering::SeqCst) {
             panic!(
@@ -289,10 +289,10 @@ fn smoke(name: &str, body: fn(&[u8]), count: u64, max_len: usize, seed: u64) {
         }
         _ => String::new(),
     };
-    println!(
+    common::summary(&format!(
         "fuzz smoke: {name}: {count} inputs, 0 crashes, {:.1} s{detail}",
         started.elapsed().as_secs_f64()
-    );
+    ));
 }
 
 fn hex(bytes: &[u8]) -> String {

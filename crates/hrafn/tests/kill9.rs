@@ -587,7 +587,7 @@ fn kill9_loop() {
             break;
         }
     }
-    println!(
+    common::summary(&format!(
         "kill-9: {} kills, {} acked commits, {} lost, {} phantom, {} failed opens, \
          {} verifications, {:.1} s, seed {seed:#x}",
         totals.kills,
@@ -597,7 +597,7 @@ fn kill9_loop() {
         totals.failed_opens,
         totals.verifications,
         started.elapsed().as_secs_f64()
-    );
+    ));
     assert!(
         totals.failures.is_empty(),
         "kill-9 failures (replay with {SEED_VAR}={seed:#x}):\n{}",
