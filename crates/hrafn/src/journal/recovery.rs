@@ -128,6 +128,17 @@ pub fn validate(
         data_len,
     };
     let meta = Meta::decode(&pages.checked(META_PAGE_NUMBER)?)?;
+    // Every record carries the meta page's high-water mark as of its commit, so the last
+    // one names the replayed meta page's (and recovery grows the data file to it).
+    if replayed.record_count > 0 && replayed.next_page_number != meta.next_page_number {
+        return Err(Error::corruption(
+            CorruptionSite::Environment,
+            format!(
+                "the journal ends at {} pages, the meta page counts {}",
+                replayed.next_page_number, meta.next_page_number
+            ),
+        ));
+    }
     // Recovery grows the data file to the replayed end before it writes pages.
     let mut page_count = data_len / PAGE_SIZE_BYTES as u64;
     if replayed.record_count > 0 {
