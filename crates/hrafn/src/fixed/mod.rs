@@ -14,7 +14,7 @@
 //! node that becomes empty and take it out of its parent; a root branch with one child
 //! gives way to that child. Nodes are not merged otherwise, so every leaf stays at one depth.
 
-pub mod write;
+pub(crate) mod write;
 
 use crate::btree::{DEPTH_MAX, PageSource};
 use crate::error::Result;
@@ -27,10 +27,10 @@ pub const FIXED_VALUE_SIZE_MAX_BYTES: usize = 1024;
 
 const BODY_BYTES: usize = PAGE_SIZE_BYTES - PAGE_HEADER_SIZE_BYTES;
 /// Separators a branch holds.
-pub const BRANCH_CAPACITY: usize = (BODY_BYTES - 8) / 16;
+pub(crate) const BRANCH_CAPACITY: usize = (BODY_BYTES - 8) / 16;
 
 /// Entries a leaf of `value_size`-byte values holds.
-pub fn leaf_capacity(value_size: usize) -> usize {
+pub(crate) fn leaf_capacity(value_size: usize) -> usize {
     BODY_BYTES / (8 + value_size)
 }
 
@@ -38,7 +38,7 @@ const _: () = assert!(BODY_BYTES / (8 + FIXED_VALUE_SIZE_MAX_BYTES) >= 4);
 
 /// Entries in a node (leaf entries or branch separators).
 #[inline]
-pub fn count(page: &[u8]) -> usize {
+pub(crate) fn count(page: &[u8]) -> usize {
     usize::from(get_u16(page, OFFSET_ENTRY_COUNT))
 }
 
@@ -46,7 +46,7 @@ pub fn count(page: &[u8]) -> usize {
 ///
 /// # Errors
 /// [`crate::Error::Corruption`] naming the page.
-pub fn validate(page: &[u8], page_number: u64, value_size: usize) -> Result<bool> {
+pub(crate) fn validate(page: &[u8], page_number: u64, value_size: usize) -> Result<bool> {
     let kind = crate::page::kind(page, page_number)?;
     let n = count(page);
     match kind {
@@ -76,26 +76,26 @@ fn leaf_at(i: usize, value_size: usize) -> usize {
 
 /// Key `i` of a leaf.
 #[inline]
-pub fn leaf_key(page: &[u8], i: usize, value_size: usize) -> u64 {
+pub(crate) fn leaf_key(page: &[u8], i: usize, value_size: usize) -> u64 {
     get_u64(page, leaf_at(i, value_size))
 }
 
 /// Value `i` of a leaf.
 #[inline]
-pub fn leaf_value(page: &[u8], i: usize, value_size: usize) -> &[u8] {
+pub(crate) fn leaf_value(page: &[u8], i: usize, value_size: usize) -> &[u8] {
     let at = leaf_at(i, value_size) + 8;
     &page[at..at + value_size]
 }
 
 /// Separator `i` of a branch.
 #[inline]
-pub fn branch_key(page: &[u8], i: usize) -> u64 {
+pub(crate) fn branch_key(page: &[u8], i: usize) -> u64 {
     get_u64(page, PAGE_HEADER_SIZE_BYTES + 8 + 16 * i)
 }
 
 /// Child `c` (0..=count) of a branch.
 #[inline]
-pub fn branch_child(page: &[u8], c: usize) -> u64 {
+pub(crate) fn branch_child(page: &[u8], c: usize) -> u64 {
     if c == 0 {
         get_u64(page, PAGE_HEADER_SIZE_BYTES)
     } else {
@@ -104,7 +104,11 @@ pub fn branch_child(page: &[u8], c: usize) -> u64 {
 }
 
 /// Position of `key` in a leaf: `Ok(i)` found, `Err(i)` where it would go.
-pub fn leaf_search(page: &[u8], key: u64, value_size: usize) -> std::result::Result<usize, usize> {
+pub(crate) fn leaf_search(
+    page: &[u8],
+    key: u64,
+    value_size: usize,
+) -> std::result::Result<usize, usize> {
     let (mut lo, mut hi) = (0, count(page));
     while lo < hi {
         let mid = (lo + hi) / 2;
@@ -118,7 +122,7 @@ pub fn leaf_search(page: &[u8], key: u64, value_size: usize) -> std::result::Res
 }
 
 /// The child of a branch whose range holds `key`.
-pub fn branch_search(page: &[u8], key: u64) -> usize {
+pub(crate) fn branch_search(page: &[u8], key: u64) -> usize {
     // Children: number of separators <= key.
     let (mut lo, mut hi) = (0, count(page));
     while lo < hi {
@@ -163,9 +167,9 @@ pub fn get<'a, S: PageSource<'a>>(
 pub struct FixedRange<'a, S: PageSource<'a>> {
     src: S,
     value_size: usize,
-    /// Path from the root: (page, position). Forward: the next child or entry index.
-    /// Reverse: one past it (0 = this node is done).
-    stack: Vec<(&'a [u8], usize)>,
+    /// Path from the root: (page, whether a leaf, position). Forward: the next child or
+    /// entry index. Reverse: one past it (0 = this node is done).
+    stack: Vec<(&'a [u8], bool, usize)>,
     /// The bound iteration stops at (the end forward, the start in reverse).
     stop: Bound<u64>,
     reverse: bool,
@@ -250,12 +254,13 @@ impl<'a, S: PageSource<'a>> FixedRange<'a, S> {
                     Ok(i) if reverse => i + 1,
                     Ok(i) | Err(i) => i,
                 };
-                out.stack.push((page, i));
+                out.stack.push((page, true, i));
                 return Ok(out);
             }
             let c = branch_search(page, from);
             // Forward: the next child to visit is c + 1; reverse: c (one past c - 1).
-            out.stack.push((page, if reverse { c } else { c + 1 }));
+            out.stack
+                .push((page, false, if reverse { c } else { c + 1 }));
             page_number = branch_child(page, c);
         }
         Err(corrupt(
@@ -266,10 +271,9 @@ impl<'a, S: PageSource<'a>> FixedRange<'a, S> {
 
     fn advance(&mut self) -> Result<Option<(u64, &'a [u8])>> {
         loop {
-            let Some(&mut (page, ref mut i)) = self.stack.last_mut() else {
+            let Some(&mut (page, leaf, ref mut i)) = self.stack.last_mut() else {
                 return Ok(None);
             };
-            let leaf = crate::page::kind(page, 0)? == PageKind::FixedLeaf;
             let n = count(page);
             let next = if self.reverse {
                 (*i > 0).then(|| {
@@ -303,7 +307,7 @@ impl<'a, S: PageSource<'a>> FixedRange<'a, S> {
             } else {
                 0
             };
-            self.stack.push((child_page, start));
+            self.stack.push((child_page, child_leaf, start));
         }
     }
 }

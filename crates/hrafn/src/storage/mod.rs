@@ -14,7 +14,7 @@
 
 mod file;
 mod io_loop;
-pub mod lock_file;
+pub(crate) mod lock_file;
 pub mod sim;
 
 pub use file::FileStorage;

@@ -159,9 +159,7 @@ impl<'env> WriteTxn<'env> {
     /// # Errors
     /// [`Error::KeyTooLarge`] for a name over the key limit; corruption; scratch full.
     pub fn open_tree(&mut self, name: &str) -> Result<TreeMut<'_, 'env>> {
-        let index = self
-            .tree_index(name, TreeKind::BTree, true)?
-            .expect("created when missing");
+        let index = self.tree_index(name, TreeKind::BTree)?;
         Ok(TreeMut { txn: self, index })
     }
 
@@ -186,9 +184,7 @@ impl<'env> WriteTxn<'env> {
         let kind = TreeKind::Fixed {
             value_size: value_size as u16,
         };
-        let index = self
-            .tree_index(name, kind, true)?
-            .expect("created when missing");
+        let index = self.tree_index(name, kind)?;
         Ok(super::fixed::FixedTreeMut::new(self, index))
     }
 
@@ -197,13 +193,7 @@ impl<'env> WriteTxn<'env> {
     /// # Errors
     /// Corruption; scratch full.
     pub fn delete_tree(&mut self, name: &str) -> Result<bool> {
-        let Some(index) = self
-            .tree_index(name, TreeKind::BTree, false)
-            .or_else(|e| match e {
-                Error::WrongTreeKind { .. } => Ok(self.trees.iter().position(|t| &*t.name == name)),
-                e => Err(e),
-            })?
-        else {
+        let Some(index) = self.find_tree(name)? else {
             return Ok(false);
         };
         let tree = self.trees.remove(index);
@@ -230,8 +220,8 @@ impl<'env> WriteTxn<'env> {
         list_trees(&*self)
     }
 
-    /// The open tree `name`, opened (or with `create`, made) as `kind`.
-    fn tree_index(&mut self, name: &str, kind: TreeKind, create: bool) -> Result<Option<usize>> {
+    /// The open tree `name`, of whatever kind, opened from the root tree if needed.
+    fn find_tree(&mut self, name: &str) -> Result<Option<usize>> {
         if name.len() > KEY_SIZE_MAX_BYTES {
             return Err(Error::KeyTooLarge {
                 size_bytes: name.len(),
@@ -239,37 +229,37 @@ impl<'env> WriteTxn<'env> {
             });
         }
         if let Some(i) = self.trees.iter().position(|t| &*t.name == name) {
-            self.trees[i].header.expect_kind(name, kind)?;
             return Ok(Some(i));
         }
-        let header = match lookup_tree(&*self, name)? {
-            Some(h) => h,
-            None if create => {
-                let header = match kind {
-                    TreeKind::BTree => tree_write::create(self)?,
-                    TreeKind::Fixed { value_size } => {
-                        crate::fixed::write::create(self, value_size)?
-                    }
-                };
-                self.trees.push(OpenTree {
-                    name: name.into(),
-                    header,
-                    changed: true,
-                    append_hint: None,
-                });
-                return Ok(Some(self.trees.len() - 1));
-            }
-            None => return Ok(None),
+        let Some(header) = lookup_tree(&*self, name)? else {
+            return Ok(None);
         };
-        // Kept open even when of another kind, so `delete_tree` finds it.
         self.trees.push(OpenTree {
             name: name.into(),
             header,
             changed: false,
             append_hint: None,
         });
-        header.expect_kind(name, kind)?;
         Ok(Some(self.trees.len() - 1))
+    }
+
+    /// The open tree `name` as `kind`, made if it does not exist.
+    fn tree_index(&mut self, name: &str, kind: TreeKind) -> Result<usize> {
+        if let Some(i) = self.find_tree(name)? {
+            self.trees[i].header.expect_kind(name, kind)?;
+            return Ok(i);
+        }
+        let header = match kind {
+            TreeKind::BTree => tree_write::create(self)?,
+            TreeKind::Fixed { value_size } => crate::fixed::write::create(self, value_size)?,
+        };
+        self.trees.push(OpenTree {
+            name: name.into(),
+            header,
+            changed: true,
+            append_hint: None,
+        });
+        Ok(self.trees.len() - 1)
     }
 
     /// Records an open tree's new header, to be stored at commit.
