@@ -909,7 +909,15 @@ fn decode_node(p: &[u8], n: u64, key: &[u8]) {
     for i in 0..=count {
         if let Ok((_, value)) = node::leaf_entry(p, i, n) {
             let size = match value {
-                ValueRef::Inline(v) => v.len(),
+                ValueRef::Inline(v) => {
+                    // Any inline value might be a multi-value tree's embedded set.
+                    let _ = hrafn::multi::decode_set(v, n);
+                    v.len()
+                }
+                ValueRef::Tree(v) => {
+                    let _ = hrafn::btree::TreeHeader::decode(v, n);
+                    v.len()
+                }
                 ValueRef::Overflow { len_bytes, .. } => len_bytes.min(1 << 20) as usize,
             };
             let _ = hrafn::btree::fits_inline(key.len(), size);

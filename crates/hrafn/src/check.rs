@@ -1,6 +1,7 @@
 //! Whole-environment integrity check: page checksums, tree invariants (key order, separator
-//! bounds, uniform depth, entry counts, overflow runs; the same for fixed-size trees) and free-space accounting (every page
-//! below the high-water mark is used exactly once or free, never both, never neither).
+//! bounds, uniform depth, entry counts, overflow runs; the same for fixed-size trees, nested
+//! trees and multi-value sets, embedded or not) and free-space accounting (every page below
+//! the high-water mark is used exactly once or free, never both, never neither).
 
 use crate::btree::node::{self, ValueRef};
 use crate::btree::{PageSource, TreeHeader, TreeKind, resolve_value};
@@ -16,8 +17,10 @@ use crate::page::{PageKind, corrupt, overflow_page_count};
 pub struct CheckReport {
     /// Named trees.
     pub tree_count: u64,
-    /// Entries over all trees.
+    /// Entries over all named trees (a nested tree counts once in its parent).
     pub entry_count: u64,
+    /// Trees nested under keys of other trees, multi-value sets in their own tree included.
+    pub nested_tree_count: u64,
     /// Pages in use (meta, free-space map, nodes, overflow runs).
     pub used_pages: u64,
     /// Pages marked free.
@@ -116,20 +119,14 @@ pub fn check<'a, S: PageSource<'a>>(src: S) -> Result<CheckReport> {
     if meta.root_page != 0 {
         let root = TreeHeader::btree(meta.root_page, meta.tree_count);
         let mut trees = Vec::new();
-        walk_tree(src, &root, &mut walker, &mut |k, v| {
+        walk_tree(src, &root, &mut walker, &mut |k, v, _| {
             trees.push((k.to_vec(), TreeHeader::decode(v, meta.root_page)?));
             Ok(())
         })?;
         for (name, header) in trees {
             walker.report.tree_count += 1;
             walker.report.entry_count += header.entry_count;
-            let walked = match header.kind {
-                TreeKind::BTree => walk_tree(src, &header, &mut walker, &mut |_, _| Ok(())),
-                TreeKind::Fixed { value_size } => {
-                    walk_fixed(src, &header, usize::from(value_size), &mut walker)
-                }
-            };
-            walked.map_err(|e| match e {
+            walk_any(src, &header, Role::Tree, 0, &mut walker).map_err(|e| match e {
                 Error::Corruption { site, reason } => Error::Corruption {
                     site,
                     reason: format!("{reason} (tree {:?})", String::from_utf8_lossy(&name)),
@@ -173,8 +170,81 @@ pub fn check<'a, S: PageSource<'a>>(src: S) -> Result<CheckReport> {
     Ok(walker.report)
 }
 
-/// Called for every leaf entry (key, value) of a walked tree.
-type Visit<'v> = dyn FnMut(&[u8], &[u8]) -> Result<()> + 'v;
+/// Called for every leaf entry (key, value, whether it holds a nested tree) of a walked
+/// tree.
+type Visit<'v> = dyn FnMut(&[u8], &[u8], bool) -> Result<()> + 'v;
+
+/// What a walked tree is for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// A user's tree, named or nested: it may hold nested trees.
+    Tree,
+    /// The tree of one key's set in a multi-value tree: values are keys, entries empty.
+    Set,
+}
+
+/// Checks a tree of any kind and every tree nested in it.
+fn walk_any<'a, S: PageSource<'a>>(
+    src: S,
+    header: &TreeHeader,
+    role: Role,
+    nesting: usize,
+    walker: &mut Walker,
+) -> Result<()> {
+    if nesting > crate::btree::NESTING_DEPTH_MAX {
+        return Err(corrupt(
+            header.root_page,
+            "trees nested deeper than allowed",
+        ));
+    }
+    if nesting > 0 {
+        walker.report.nested_tree_count += 1;
+    }
+    let mut nested = Vec::new();
+    let root_page = header.root_page;
+    match (header.kind, role) {
+        (TreeKind::Fixed { value_size }, Role::Tree) => {
+            return walk_fixed(src, header, usize::from(value_size), walker);
+        }
+        (TreeKind::BTree, Role::Tree) => {
+            walk_tree(src, header, walker, &mut |_, v, is_tree| {
+                if is_tree {
+                    nested.push((TreeHeader::decode(v, root_page)?, Role::Tree));
+                }
+                Ok(())
+            })?;
+        }
+        (TreeKind::Multi, Role::Tree) => {
+            walk_tree(src, header, walker, &mut |_, v, is_tree| {
+                if is_tree {
+                    let set = TreeHeader::decode(v, root_page)?;
+                    if set.kind != TreeKind::BTree || set.entry_count == 0 {
+                        return Err(corrupt(root_page, "a set's tree is not a non-empty B+tree"));
+                    }
+                    nested.push((set, Role::Set));
+                } else if v.len() > crate::multi::EMBEDDED_SET_MAX_BYTES {
+                    return Err(corrupt(root_page, "embedded set over its limit"));
+                } else {
+                    crate::multi::decode_set(v, root_page)?;
+                }
+                Ok(())
+            })?;
+        }
+        (TreeKind::BTree, Role::Set) => {
+            walk_tree(src, header, walker, &mut |_, v, is_tree| {
+                if is_tree || !v.is_empty() {
+                    return Err(corrupt(root_page, "a set's tree holds more than values"));
+                }
+                Ok(())
+            })?;
+        }
+        (_, Role::Set) => return Err(corrupt(root_page, "a set's tree is not a B+tree")),
+    }
+    for (header, role) in nested {
+        walk_any(src, &header, role, nesting + 1, walker)?;
+    }
+    Ok(())
+}
 
 /// A node to check: page, depth, inclusive lower and exclusive upper key bounds.
 type Pending = (u64, usize, Option<Vec<u8>>, Option<Vec<u8>>);
@@ -219,6 +289,7 @@ fn walk_tree<'a, S: PageSource<'a>>(
                 let (key, value) = node::leaf_entry(page, i, page_number)?;
                 // Resolved (so validated) before its pages are counted.
                 let bytes = resolve_value(src, value)?;
+                let is_tree = value.is_tree();
                 if let ValueRef::Overflow {
                     first_page,
                     len_bytes,
@@ -226,7 +297,7 @@ fn walk_tree<'a, S: PageSource<'a>>(
                 {
                     walker.mark(first_page, overflow_page_count(len_bytes))?;
                 }
-                visit(key, bytes)?;
+                visit(key, bytes, is_tree)?;
             }
             entries += n as u64;
         } else {

@@ -29,9 +29,10 @@ use crate::storage::{FileKind, Storage, read_exact_at, write_all_at};
 /// Header magic.
 pub const HEADER_MAGIC: [u8; 8] = *b"HRAFNHDR";
 /// On-disk format version; bump together with `docs/format.md`.
-pub const FORMAT_VERSION: u32 = 3;
-/// Oldest format this build opens: version 2 differs only by what version 3 added (fixed-size
-/// trees), so it is read as is and becomes version 3 at its next header write.
+pub const FORMAT_VERSION: u32 = 4;
+/// Oldest format this build opens: versions 2 and 3 differ only by what later versions added
+/// (fixed-size trees; nested and multi-value trees), so they are read as they are and
+/// become the current version at their next header write.
 pub const FORMAT_VERSION_OLDEST: u32 = 2;
 /// Bytes of the header that carry data.
 pub const HEADER_SIZE_BYTES: usize = 128;

@@ -44,6 +44,7 @@ pub mod header;
 pub mod journal;
 pub mod limits;
 pub mod meta;
+pub mod multi;
 pub mod page;
 pub mod scratch;
 pub mod storage;
@@ -53,7 +54,9 @@ mod txn;
 pub use check::CheckReport;
 pub use env::{DATA_FILE, Durability, Environment, Options, Stats};
 pub use error::{CorruptionSite, Error, Result};
-pub use txn::{FixedTree, FixedTreeMut, ReadTxn, Tree, TreeMut, WriteBatch, WriteTxn};
+pub use txn::{
+    FixedTree, FixedTreeMut, MultiTree, MultiTreeMut, ReadTxn, Tree, TreeMut, WriteBatch, WriteTxn,
+};
 
 /// The README's example, compiled and run as a doctest.
 #[doc = include_str!("../../../README.md")]

@@ -23,6 +23,11 @@ use node::ValueRef;
 /// any real file.
 pub const DEPTH_MAX: usize = 48;
 
+/// Deepest nesting of trees inside trees. A nested tree's header lives in its parent's
+/// entry, so a damaged file could make a tree its own ancestor; the limit turns that into
+/// an error instead of endless recursion, and keeps a write-through of headers short.
+pub const NESTING_DEPTH_MAX: usize = 16;
+
 /// Read access to pages for the lifetime `'a`.
 pub trait PageSource<'a>: Copy {
     /// The bytes of `page_number`: exactly that page, or for the first page of an overflow
@@ -55,6 +60,25 @@ pub trait PageStore {
     fn free(&mut self, page_number: u64, page_count: u64);
 }
 
+/// Reads through a [`PageStore`] as a [`PageSource`], for code that reads a tree it is
+/// about to change.
+pub struct Reading<'s, S: ?Sized>(pub &'s S);
+
+impl<S: ?Sized> Clone for Reading<'_, S> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<S: ?Sized> Copy for Reading<'_, S> {}
+
+impl<'s, S: PageStore + ?Sized> PageSource<'s> for Reading<'s, S> {
+    #[inline]
+    fn page(self, page_number: u64) -> Result<&'s [u8]> {
+        self.0.page(page_number)
+    }
+}
+
 /// What a named tree is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TreeKind {
@@ -62,10 +86,12 @@ pub enum TreeKind {
     BTree,
     /// A fixed-size tree: `u64` keys, values of `value_size` bytes (`fixed/`).
     Fixed { value_size: u16 },
+    /// A multi-value tree: each key holds a sorted set of values (`multi/`).
+    Multi,
 }
 
 /// The stored form of a tree (24 bytes, little-endian): root page u64, entry count u64,
-/// kind u8 (0 B+tree, 1 fixed-size), reserved u8, value size u16 (fixed-size trees),
+/// kind u8 (0 B+tree, 1 fixed-size, 2 multi-value), reserved u8, value size u16 (fixed-size trees),
 /// reserved u32.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TreeHeader {
@@ -77,6 +103,16 @@ pub struct TreeHeader {
 /// Encoded size of a [`TreeHeader`].
 pub const TREE_HEADER_SIZE_BYTES: usize = 24;
 
+impl TreeKind {
+    /// The value size of a fixed-size tree; `None` for other kinds.
+    pub fn fixed_value_size(self) -> Option<usize> {
+        match self {
+            TreeKind::Fixed { value_size } => Some(usize::from(value_size)),
+            TreeKind::BTree | TreeKind::Multi => None,
+        }
+    }
+}
+
 impl std::fmt::Display for TreeKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -84,6 +120,7 @@ impl std::fmt::Display for TreeKind {
             TreeKind::Fixed { value_size } => {
                 write!(f, "a fixed-size tree of {value_size}-byte values")
             }
+            TreeKind::Multi => write!(f, "a multi-value tree"),
         }
     }
 }
@@ -118,9 +155,13 @@ impl TreeHeader {
         let mut out = [0u8; TREE_HEADER_SIZE_BYTES];
         out[..8].copy_from_slice(&self.root_page.to_le_bytes());
         out[8..16].copy_from_slice(&self.entry_count.to_le_bytes());
-        if let TreeKind::Fixed { value_size } = self.kind {
-            out[16] = 1;
-            out[18..20].copy_from_slice(&value_size.to_le_bytes());
+        match self.kind {
+            TreeKind::BTree => {}
+            TreeKind::Fixed { value_size } => {
+                out[16] = 1;
+                out[18..20].copy_from_slice(&value_size.to_le_bytes());
+            }
+            TreeKind::Multi => out[16] = 2,
         }
         out
     }
@@ -139,6 +180,7 @@ impl TreeHeader {
             1 if usize::from(value_size) <= crate::fixed::FIXED_VALUE_SIZE_MAX_BYTES => {
                 TreeKind::Fixed { value_size }
             }
+            2 => TreeKind::Multi,
             _ => return Err(corrupt(where_page, "tree header of an unknown kind")),
         };
         Ok(TreeHeader {
@@ -149,21 +191,35 @@ impl TreeHeader {
     }
 }
 
-/// Looks `key` up in the tree rooted at `root_page`.
+/// Looks `key` up in the tree rooted at `root_page`. An entry holding a nested tree yields
+/// the tree's stored header.
 ///
 /// # Errors
 /// [`crate::Error::Corruption`] for damaged pages.
 #[inline]
 pub fn get<'a, S: PageSource<'a>>(src: S, root_page: u64, key: &[u8]) -> Result<Option<&'a [u8]>> {
+    match get_stored(src, root_page, key)? {
+        Some(value) => Ok(Some(resolve_value(src, value)?)),
+        None => Ok(None),
+    }
+}
+
+/// Looks `key` up and returns its entry as stored (overflow runs not followed).
+///
+/// # Errors
+/// [`crate::Error::Corruption`] for damaged pages.
+#[inline]
+pub fn get_stored<'a, S: PageSource<'a>>(
+    src: S,
+    root_page: u64,
+    key: &[u8],
+) -> Result<Option<ValueRef<'a>>> {
     let mut page_number = root_page;
     for _ in 0..DEPTH_MAX {
         let page = src.page(page_number)?;
         if node::is_leaf(page, page_number)? {
             return match node::search(page, key, true, page_number)? {
-                Ok(i) => {
-                    let (_, value) = node::leaf_entry(page, i, page_number)?;
-                    Ok(Some(resolve_value(src, value)?))
-                }
+                Ok(i) => Ok(Some(node::leaf_entry(page, i, page_number)?.1)),
                 Err(_) => Ok(None),
             };
         }
@@ -183,7 +239,7 @@ pub fn get<'a, S: PageSource<'a>>(src: S, root_page: u64, key: &[u8]) -> Result<
 #[inline]
 pub fn resolve_value<'a, S: PageSource<'a>>(src: S, value: ValueRef<'a>) -> Result<&'a [u8]> {
     match value {
-        ValueRef::Inline(bytes) => Ok(bytes),
+        ValueRef::Inline(bytes) | ValueRef::Tree(bytes) => Ok(bytes),
         ValueRef::Overflow {
             first_page,
             len_bytes,

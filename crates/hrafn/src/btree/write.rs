@@ -109,6 +109,31 @@ pub fn insert_hinted<S: PageStore>(
     value: &[u8],
     hint: &mut Option<AppendHint>,
 ) -> Result<bool> {
+    insert_entry(store, tree, key, NewEntry::Value(value), hint)
+}
+
+/// What an insert stores under its key.
+#[derive(Clone, Copy)]
+pub enum NewEntry<'a> {
+    /// A value (inline or in an overflow run, by size).
+    Value(&'a [u8]),
+    /// A nested tree's stored header.
+    Tree(&'a [u8; super::TREE_HEADER_SIZE_BYTES]),
+}
+
+/// Inserts or replaces the entry of `key`. A value never replaces a nested tree, nor a
+/// nested tree a value: either fails with [`crate::Error::WrongTreeKind`] (a nested tree
+/// goes away only through [`remove`], which frees it).
+///
+/// # Errors
+/// As [`insert`].
+pub fn insert_entry<S: PageStore>(
+    store: &mut S,
+    tree: &mut TreeHeader,
+    key: &[u8],
+    entry: NewEntry<'_>,
+    hint: &mut Option<AppendHint>,
+) -> Result<bool> {
     debug_assert!(key.len() <= crate::limits::KEY_SIZE_MAX_BYTES);
     let at_end = match hint.take() {
         Some(h) => appends_at(store.page(h.leaf)?, key, h.leaf)?.map(|i| (h, i)),
@@ -125,19 +150,42 @@ pub fn insert_hinted<S: PageStore>(
     };
     let index = match found {
         Ok(i) => {
-            free_value_at(store, leaf, i)?;
+            let (_, old) = node::leaf_entry(store.page(leaf)?, i, leaf)?;
+            let new_is_tree = matches!(entry, NewEntry::Tree(_));
+            if old.is_tree() != new_is_tree {
+                return Err(crate::Error::WrongTreeKind {
+                    name: String::from_utf8_lossy(key).into_owned(),
+                    found: if old.is_tree() {
+                        "a nested tree"
+                    } else {
+                        "a value"
+                    }
+                    .into(),
+                    wanted: if new_is_tree {
+                        "a nested tree"
+                    } else {
+                        "a value"
+                    }
+                    .into(),
+                });
+            }
+            if !new_is_tree {
+                free_value_at(store, leaf, i)?;
+            }
             node::remove(store.page_mut(leaf)?, i);
             i
         }
         Err(i) => i,
     };
-    let stored = if fits_inline(key.len(), value.len()) {
-        ValueRef::Inline(value)
-    } else {
-        let first_page = write_overflow(store, value)?;
-        ValueRef::Overflow {
-            first_page,
-            len_bytes: value.len() as u64,
+    let stored = match entry {
+        NewEntry::Tree(header) => ValueRef::Tree(header),
+        NewEntry::Value(value) if fits_inline(key.len(), value.len()) => ValueRef::Inline(value),
+        NewEntry::Value(value) => {
+            let first_page = write_overflow(store, value)?;
+            ValueRef::Overflow {
+                first_page,
+                len_bytes: value.len() as u64,
+            }
         }
     };
     let appended = index == node::count(store.page(leaf)?);
@@ -194,11 +242,22 @@ pub fn remove<S: PageStore>(store: &mut S, tree: &mut TreeHeader, key: &[u8]) ->
     Ok(true)
 }
 
-/// Frees every page of the tree.
+/// Frees every page of the tree, nested trees included.
 ///
 /// # Errors
 /// Damaged pages.
 pub fn drop_tree<S: PageStore>(store: &mut S, tree: &TreeHeader) -> Result<()> {
+    drop_nested(store, tree, 0)
+}
+
+/// Frees a tree of any kind, `nesting` levels below a named tree.
+fn drop_nested<S: PageStore>(store: &mut S, tree: &TreeHeader, nesting: usize) -> Result<()> {
+    if nesting > super::NESTING_DEPTH_MAX {
+        return Err(corrupt(tree.root_page, "trees nested deeper than allowed"));
+    }
+    if let super::TreeKind::Fixed { .. } = tree.kind {
+        return crate::fixed::write::drop_tree(store, tree);
+    }
     let mut stack = vec![(tree.root_page, 0usize)];
     while let Some((page_number, depth)) = stack.pop() {
         if depth > DEPTH_MAX {
@@ -212,20 +271,22 @@ pub fn drop_tree<S: PageStore>(store: &mut S, tree: &TreeHeader) -> Result<()> {
         let n = node::count(page);
         if node::is_leaf(page, page_number)? {
             let mut runs = Vec::new();
+            let mut nested = Vec::new();
             for i in 0..n {
-                if let (
-                    _,
+                match node::leaf_entry(page, i, page_number)?.1 {
                     ValueRef::Overflow {
                         first_page,
                         len_bytes,
-                    },
-                ) = node::leaf_entry(page, i, page_number)?
-                {
-                    runs.push((first_page, overflow_page_count(len_bytes)));
+                    } => runs.push((first_page, overflow_page_count(len_bytes))),
+                    ValueRef::Tree(bytes) => nested.push(TreeHeader::decode(bytes, page_number)?),
+                    ValueRef::Inline(_) => {}
                 }
             }
             for (first, count) in runs {
                 store.free(first, count);
+            }
+            for header in nested {
+                drop_nested(store, &header, nesting + 1)?;
             }
         } else {
             for c in 0..=n {
@@ -237,16 +298,18 @@ pub fn drop_tree<S: PageStore>(store: &mut S, tree: &TreeHeader) -> Result<()> {
     Ok(())
 }
 
+/// Frees what entry `i` of `leaf` owns outside the node: an overflow run, a nested tree.
 fn free_value_at<S: PageStore>(store: &mut S, leaf: u64, i: usize) -> Result<()> {
-    if let (
-        _,
+    match node::leaf_entry(store.page(leaf)?, i, leaf)?.1 {
         ValueRef::Overflow {
             first_page,
             len_bytes,
-        },
-    ) = node::leaf_entry(store.page(leaf)?, i, leaf)?
-    {
-        store.free(first_page, overflow_page_count(len_bytes));
+        } => store.free(first_page, overflow_page_count(len_bytes)),
+        ValueRef::Tree(bytes) => {
+            let header = TreeHeader::decode(bytes, leaf)?;
+            drop_nested(store, &header, 1)?;
+        }
+        ValueRef::Inline(_) => {}
     }
     Ok(())
 }

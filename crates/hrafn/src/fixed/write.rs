@@ -11,10 +11,9 @@ use crate::limits::PAGE_HEADER_SIZE_BYTES;
 use crate::page::{OFFSET_AUX, OFFSET_ENTRY_COUNT, PageKind, corrupt, put_u16, put_u64};
 
 fn value_size_of(tree: &TreeHeader) -> usize {
-    match tree.kind {
-        TreeKind::Fixed { value_size } => usize::from(value_size),
-        TreeKind::BTree => unreachable!("a fixed-size tree operation on a B+tree"),
-    }
+    tree.kind
+        .fixed_value_size()
+        .expect("a fixed-size tree operation on a fixed-size tree")
 }
 
 fn set_count(page: &mut [u8], n: usize) {

@@ -8,10 +8,10 @@ use crate::fixed::{self, FixedRange};
 use std::ops::RangeBounds;
 
 fn value_size(header: &TreeHeader) -> usize {
-    match header.kind {
-        TreeKind::Fixed { value_size } => usize::from(value_size),
-        TreeKind::BTree => unreachable!("opened as a fixed-size tree"),
-    }
+    header
+        .kind
+        .fixed_value_size()
+        .expect("opened as a fixed-size tree")
 }
 
 /// A fixed-size tree in a read transaction: `u64` keys in numeric order, values of one
@@ -108,7 +108,8 @@ impl<'t> FixedTree<'t> {
     }
 }
 
-/// A fixed-size tree opened for writing; borrows the write transaction.
+/// A fixed-size tree opened for writing; borrows the write transaction (or, nested, its
+/// parent tree's handle).
 pub struct FixedTreeMut<'t, 'env> {
     txn: &'t mut WriteTxn<'env>,
     index: usize,
@@ -123,8 +124,8 @@ impl<'t, 'env> FixedTreeMut<'t, 'env> {
         self.txn.trees[self.index].header
     }
 
-    fn set_header(&mut self, header: TreeHeader) {
-        self.txn.set_tree_header(self.index, header);
+    fn set_header(&mut self, header: TreeHeader) -> Result<()> {
+        self.txn.set_tree_header(self.index, header)
     }
 
     /// The size of every value.
@@ -147,7 +148,7 @@ impl<'t, 'env> FixedTreeMut<'t, 'env> {
         }
         let mut header = self.header();
         let replaced = fixed::write::insert(self.txn, &mut header, key, value)?;
-        self.set_header(header);
+        self.set_header(header)?;
         Ok(replaced)
     }
 
@@ -158,7 +159,7 @@ impl<'t, 'env> FixedTreeMut<'t, 'env> {
     pub fn remove(&mut self, key: u64) -> Result<bool> {
         let mut header = self.header();
         let removed = fixed::write::remove(self.txn, &mut header, key)?;
-        self.set_header(header);
+        self.set_header(header)?;
         Ok(removed)
     }
 

@@ -13,6 +13,7 @@ pub mod fixed;
 pub mod merge;
 #[cfg(all(test, hrafn_loom))]
 mod model_tests;
+pub mod multi;
 pub mod read;
 pub mod readers;
 pub mod state;
@@ -20,5 +21,6 @@ pub mod write;
 
 pub use fixed::{FixedTree, FixedTreeMut};
 pub use merge::WriteBatch;
+pub use multi::{MultiTree, MultiTreeMut};
 pub use read::{ReadTxn, Tree};
 pub use write::{TreeMut, WriteTxn, WriterCore};

@@ -1,7 +1,8 @@
 //! Read transactions: a registered slot plus the state they started on.
 
 use super::state::State;
-use crate::btree::{self, PageSource, Range, TreeHeader};
+use crate::btree::node::ValueRef;
+use crate::btree::{self, PageSource, Range, TreeHeader, TreeKind};
 use crate::env::EnvInner;
 use crate::error::{Error, Result};
 use crate::meta::{self, META_PAGE_NUMBER};
@@ -38,7 +39,7 @@ impl<'env> ReadTxn<'env> {
         let src: &State = &self.state;
         match lookup_tree(src, name)? {
             Some(header) => {
-                header.expect_kind(name, btree::TreeKind::BTree)?;
+                header.expect_kind(name, TreeKind::BTree)?;
                 Ok(Tree { src, header })
             }
             None => Err(Error::TreeNotFound {
@@ -56,6 +57,21 @@ impl<'env> ReadTxn<'env> {
         let src: &State = &self.state;
         match lookup_tree(src, name)? {
             Some(header) => super::fixed::FixedTree::new(src, name, header),
+            None => Err(Error::TreeNotFound {
+                name: name.to_owned(),
+            }),
+        }
+    }
+
+    /// Opens the named multi-value tree.
+    ///
+    /// # Errors
+    /// [`Error::TreeNotFound`] if it does not exist; [`Error::WrongTreeKind`] if it is
+    /// another kind of tree; corruption.
+    pub fn open_multi_tree(&self, name: &str) -> Result<super::multi::MultiTree<'_>> {
+        let src: &State = &self.state;
+        match lookup_tree(src, name)? {
+            Some(header) => super::multi::MultiTree::new(src, name, header),
             None => Err(Error::TreeNotFound {
                 name: name.to_owned(),
             }),
@@ -123,6 +139,25 @@ pub(crate) fn list_trees<'a, S: PageSource<'a>>(src: S) -> Result<Vec<String>> {
     Ok(names)
 }
 
+/// The header of the tree nested under `key` of the tree `parent`.
+pub(crate) fn nested_header<'a, S: PageSource<'a>>(
+    src: S,
+    parent: &TreeHeader,
+    key: &[u8],
+) -> Result<TreeHeader> {
+    match btree::get_stored(src, parent.root_page, key)? {
+        Some(ValueRef::Tree(bytes)) => TreeHeader::decode(bytes, parent.root_page),
+        Some(_) => Err(Error::WrongTreeKind {
+            name: String::from_utf8_lossy(key).into_owned(),
+            found: "a value".into(),
+            wanted: "a nested tree".into(),
+        }),
+        None => Err(Error::TreeNotFound {
+            name: String::from_utf8_lossy(key).into_owned(),
+        }),
+    }
+}
+
 /// Converts a range of user keys to bounds over byte slices.
 pub(crate) fn bounds<'a, K: AsRef<[u8]> + 'a, R: RangeBounds<K>>(
     range: &'a R,
@@ -157,6 +192,41 @@ pub struct Tree<'t> {
 }
 
 impl<'t> Tree<'t> {
+    /// Opens the B+tree nested under `key`.
+    ///
+    /// # Errors
+    /// [`Error::TreeNotFound`] if the key is absent; [`Error::WrongTreeKind`] if it holds
+    /// a value or another kind of tree; corruption.
+    pub fn open_tree(&self, key: impl AsRef<[u8]>) -> Result<Tree<'t>> {
+        let key = key.as_ref();
+        let header = nested_header(self.src, &self.header, key)?;
+        header.expect_kind(&String::from_utf8_lossy(key), TreeKind::BTree)?;
+        Ok(Tree {
+            src: self.src,
+            header,
+        })
+    }
+
+    /// Opens the fixed-size tree nested under `key`.
+    ///
+    /// # Errors
+    /// As [`Tree::open_tree`].
+    pub fn open_fixed_tree(&self, key: impl AsRef<[u8]>) -> Result<super::fixed::FixedTree<'t>> {
+        let key = key.as_ref();
+        let header = nested_header(self.src, &self.header, key)?;
+        super::fixed::FixedTree::new(self.src, &String::from_utf8_lossy(key), header)
+    }
+
+    /// Opens the multi-value tree nested under `key`.
+    ///
+    /// # Errors
+    /// As [`Tree::open_tree`].
+    pub fn open_multi_tree(&self, key: impl AsRef<[u8]>) -> Result<super::multi::MultiTree<'t>> {
+        let key = key.as_ref();
+        let header = nested_header(self.src, &self.header, key)?;
+        super::multi::MultiTree::new(self.src, &String::from_utf8_lossy(key), header)
+    }
+
     /// The value of `key`, borrowed from the transaction.
     ///
     /// # Errors

@@ -3,6 +3,8 @@
 use super::commit::{Prepared, with_pages};
 use super::read::{bounds, list_trees, lookup_tree, prefix_end};
 use super::state::State;
+use crate::btree::node::ValueRef;
+use crate::btree::write::NewEntry;
 use crate::btree::{self, PageSource, PageStore, Range, TreeHeader, TreeKind, write as tree_write};
 use crate::env::EnvInner;
 use crate::error::{Error, Result};
@@ -68,9 +70,14 @@ impl WriterCore {
     }
 }
 
-/// A named tree being written.
+/// A tree being written: a named tree, or a nested one under a key of an open tree.
 pub(crate) struct OpenTree {
     name: Box<str>,
+    /// For a nested tree, its parent (an index into the open trees) and key. A nested
+    /// tree's header is written through to its parent's entry on every change, so it
+    /// never waits for commit and is forgotten once its handle ends (see
+    /// [`WriteTxn::forget_nested_after`]).
+    parent: Option<(usize, Box<[u8]>)>,
     pub(crate) header: TreeHeader,
     pub(crate) changed: bool,
     /// Where sequential inserts can go without a descent; dropped by any other change.
@@ -175,17 +182,19 @@ impl<'env> WriteTxn<'env> {
         name: &str,
         value_size: usize,
     ) -> Result<super::fixed::FixedTreeMut<'_, 'env>> {
-        if value_size > crate::fixed::FIXED_VALUE_SIZE_MAX_BYTES {
-            return Err(Error::ValueTooLarge {
-                size_bytes: value_size,
-                limit_bytes: crate::fixed::FIXED_VALUE_SIZE_MAX_BYTES,
-            });
-        }
-        let kind = TreeKind::Fixed {
-            value_size: value_size as u16,
-        };
+        let kind = fixed_kind(value_size)?;
         let index = self.tree_index(name, kind)?;
         Ok(super::fixed::FixedTreeMut::new(self, index))
+    }
+
+    /// Opens the named multi-value tree, creating it if it does not exist.
+    ///
+    /// # Errors
+    /// [`Error::WrongTreeKind`] if the name holds another kind of tree; corruption;
+    /// scratch full.
+    pub fn open_multi_tree(&mut self, name: &str) -> Result<super::multi::MultiTreeMut<'_, 'env>> {
+        let index = self.tree_index(name, TreeKind::Multi)?;
+        Ok(super::multi::MultiTreeMut::new(self, index))
     }
 
     /// Deletes the named tree and frees its pages. Returns false if it did not exist.
@@ -193,14 +202,14 @@ impl<'env> WriteTxn<'env> {
     /// # Errors
     /// Corruption; scratch full.
     pub fn delete_tree(&mut self, name: &str) -> Result<bool> {
+        // No handle is live: every nested tree is forgotten, so none refers to a position
+        // the removal shifts.
+        self.trees.retain(|t| t.parent.is_none());
         let Some(index) = self.find_tree(name)? else {
             return Ok(false);
         };
         let tree = self.trees.remove(index);
-        match tree.header.kind {
-            TreeKind::BTree => tree_write::drop_tree(self, &tree.header)?,
-            TreeKind::Fixed { .. } => crate::fixed::write::drop_tree(self, &tree.header)?,
-        }
+        tree_write::drop_tree(self, &tree.header)?;
         if self.meta.root_page == 0 {
             return Ok(true); // created and deleted in this transaction
         }
@@ -228,7 +237,11 @@ impl<'env> WriteTxn<'env> {
                 limit_bytes: KEY_SIZE_MAX_BYTES,
             });
         }
-        if let Some(i) = self.trees.iter().position(|t| &*t.name == name) {
+        if let Some(i) = self
+            .trees
+            .iter()
+            .position(|t| t.parent.is_none() && &*t.name == name)
+        {
             return Ok(Some(i));
         }
         let Some(header) = lookup_tree(&*self, name)? else {
@@ -236,6 +249,7 @@ impl<'env> WriteTxn<'env> {
         };
         self.trees.push(OpenTree {
             name: name.into(),
+            parent: None,
             header,
             changed: false,
             append_hint: None,
@@ -249,12 +263,10 @@ impl<'env> WriteTxn<'env> {
             self.trees[i].header.expect_kind(name, kind)?;
             return Ok(i);
         }
-        let header = match kind {
-            TreeKind::BTree => tree_write::create(self)?,
-            TreeKind::Fixed { value_size } => crate::fixed::write::create(self, value_size)?,
-        };
+        let header = create_tree(self, kind)?;
         self.trees.push(OpenTree {
             name: name.into(),
+            parent: None,
             header,
             changed: true,
             append_hint: None,
@@ -262,20 +274,118 @@ impl<'env> WriteTxn<'env> {
         Ok(self.trees.len() - 1)
     }
 
-    /// Records an open tree's new header, to be stored at commit.
-    pub(crate) fn set_tree_header(&mut self, index: usize, header: TreeHeader) {
-        let tree = &mut self.trees[index];
-        if tree.header != header {
-            tree.header = header;
-            tree.changed = true;
+    /// Opens the tree nested under `key` of open tree `parent` as `kind`, creating it (and
+    /// its entry in the parent) if the key is absent.
+    pub(crate) fn nested_index(
+        &mut self,
+        parent: usize,
+        key: &[u8],
+        kind: TreeKind,
+    ) -> Result<usize> {
+        if key.len() > KEY_SIZE_MAX_BYTES {
+            return Err(Error::KeyTooLarge {
+                size_bytes: key.len(),
+                limit_bytes: KEY_SIZE_MAX_BYTES,
+            });
         }
+        let mut nesting = 1;
+        let mut up = self.trees[parent].parent.as_ref().map(|(p, _)| *p);
+        while let Some(p) = up {
+            nesting += 1;
+            up = self.trees[p].parent.as_ref().map(|(p, _)| *p);
+        }
+        if nesting > btree::NESTING_DEPTH_MAX {
+            return Err(Error::LimitExceeded {
+                what: format!("trees nested deeper than {}", btree::NESTING_DEPTH_MAX),
+            });
+        }
+        self.forget_nested_after(parent);
+        let name = String::from_utf8_lossy(key);
+        let parent_header = self.trees[parent].header;
+        let header = match btree::get_stored(&*self, parent_header.root_page, key)? {
+            Some(ValueRef::Tree(bytes)) => {
+                let header = TreeHeader::decode(bytes, parent_header.root_page)?;
+                header.expect_kind(&name, kind)?;
+                header
+            }
+            Some(_) => {
+                return Err(Error::WrongTreeKind {
+                    name: name.into_owned(),
+                    found: "a value".into(),
+                    wanted: kind.to_string(),
+                });
+            }
+            None => {
+                let header = create_tree(self, kind)?;
+                self.store_nested(parent, key, &header)?;
+                header
+            }
+        };
+        self.trees.push(OpenTree {
+            name: name.into(),
+            parent: Some((parent, key.into())),
+            header,
+            changed: false,
+            append_hint: None,
+        });
+        Ok(self.trees.len() - 1)
+    }
+
+    /// Forgets the nested trees opened after open tree `index`, whose handles have ended.
+    ///
+    /// Handles borrow like a stack: a nested handle borrows its parent's, a named tree's
+    /// borrows the transaction. So while the handle of tree `index` is in use, every tree
+    /// opened after it has no live handle: not a descendant (it would borrow this
+    /// handle), not another branch (it would borrow an ancestor this one borrows). Named
+    /// trees stay, since their headers wait for commit; they are found by name, so their
+    /// positions may shift, and nested trees refer only to their ancestors, which come
+    /// first.
+    fn forget_nested_after(&mut self, index: usize) {
+        let mut i = 0;
+        self.trees.retain(|t| {
+            i += 1;
+            i <= index + 1 || t.parent.is_none()
+        });
+    }
+
+    /// Writes `header` as the entry `key` of open tree `parent`.
+    fn store_nested(&mut self, parent: usize, key: &[u8], header: &TreeHeader) -> Result<()> {
+        let mut parent_header = self.trees[parent].header;
+        // An in-place replacement leaves the leaf where it was, but a new entry may split
+        // it: the parent's append position is no longer known.
+        self.trees[parent].append_hint = None;
+        tree_write::insert_entry(
+            self,
+            &mut parent_header,
+            key,
+            NewEntry::Tree(&header.encode()),
+            &mut None,
+        )?;
+        self.set_tree_header(parent, parent_header)
+    }
+
+    /// Records an open tree's new header: a named tree's is stored at commit, a nested
+    /// tree's at once into its parent (and so on up).
+    pub(crate) fn set_tree_header(&mut self, index: usize, header: TreeHeader) -> Result<()> {
+        let tree = &mut self.trees[index];
+        if tree.header == header {
+            return Ok(());
+        }
+        tree.header = header;
+        let Some((parent, key)) = tree.parent.take() else {
+            tree.changed = true;
+            return Ok(());
+        };
+        let stored = self.store_nested(parent, &key, &header);
+        self.trees[index].parent = Some((parent, key));
+        stored
     }
 
     /// Stores changed tree headers into the root tree.
     fn write_back_trees(&mut self) -> Result<()> {
         let mut trees = std::mem::take(&mut self.trees);
         let result = (|| {
-            for tree in trees.iter_mut().filter(|t| t.changed) {
+            for tree in trees.iter_mut().filter(|t| t.changed && t.parent.is_none()) {
                 if self.meta.root_page == 0 {
                     self.meta.root_page = tree_write::create(self)?.root_page;
                 }
@@ -484,19 +594,102 @@ impl PageStore for WriteTxn<'_> {
     }
 }
 
-/// A named tree opened for writing; borrows the write transaction.
+/// Makes an empty tree of `kind`.
+fn create_tree(txn: &mut WriteTxn<'_>, kind: TreeKind) -> Result<TreeHeader> {
+    match kind {
+        TreeKind::BTree | TreeKind::Multi => Ok(TreeHeader {
+            kind,
+            ..tree_write::create(txn)?
+        }),
+        TreeKind::Fixed { value_size } => crate::fixed::write::create(txn, value_size),
+    }
+}
+
+/// A tree opened for writing (named, or nested under a key of another tree); borrows the
+/// write transaction, or its parent tree's handle.
+///
+/// A key holds either a value or a nested tree. Reads of a key that holds a nested tree
+/// yield the tree's 24-byte stored header (as LMDB's main database yields a named
+/// database's record); [`TreeMut::insert`] refuses to overwrite it and
+/// [`TreeMut::remove`] frees the whole nested tree.
+///
+/// ```
+/// # let dir = tempfile::tempdir().unwrap();
+/// let env = hrafn::Environment::open(dir.path(), hrafn::Options::default())?;
+/// let mut wtx = env.begin_write()?;
+/// let mut series = wtx.open_tree("series")?;
+/// for id in [7u64, 9] {
+///     let mut samples = series.open_fixed_tree(&id.to_be_bytes(), 8)?;
+///     samples.insert(1_000, &1.5f64.to_le_bytes())?;
+///     samples.insert(2_000, &2.5f64.to_le_bytes())?;
+/// }
+/// series.remove(&9u64.to_be_bytes())?; // frees series 9's samples
+/// wtx.commit()?;
+///
+/// let rtx = env.begin_read()?;
+/// let series = rtx.open_tree("series")?;
+/// assert_eq!(series.len(), 1);
+/// assert_eq!(series.open_fixed_tree(&7u64.to_be_bytes())?.len(), 2);
+/// # Ok::<(), hrafn::Error>(())
+/// ```
 pub struct TreeMut<'t, 'env> {
     txn: &'t mut WriteTxn<'env>,
     index: usize,
 }
 
-impl TreeMut<'_, '_> {
+impl<'env> TreeMut<'_, 'env> {
+    /// Opens the B+tree nested under `key`, creating it if the key is absent.
+    ///
+    /// # Errors
+    /// [`Error::WrongTreeKind`] if the key holds a value or another kind of tree;
+    /// [`Error::KeyTooLarge`]; [`Error::LimitExceeded`] past
+    /// [`btree::NESTING_DEPTH_MAX`] levels; scratch full; corruption.
+    pub fn open_tree(&mut self, key: impl AsRef<[u8]>) -> Result<TreeMut<'_, 'env>> {
+        let index = self
+            .txn
+            .nested_index(self.index, key.as_ref(), TreeKind::BTree)?;
+        Ok(TreeMut {
+            txn: &mut *self.txn,
+            index,
+        })
+    }
+
+    /// Opens the fixed-size tree nested under `key`, creating it with `value_size`-byte
+    /// values if the key is absent.
+    ///
+    /// # Errors
+    /// As [`TreeMut::open_tree`]; [`Error::ValueTooLarge`] past
+    /// [`crate::fixed::FIXED_VALUE_SIZE_MAX_BYTES`].
+    pub fn open_fixed_tree(
+        &mut self,
+        key: impl AsRef<[u8]>,
+        value_size: usize,
+    ) -> Result<super::fixed::FixedTreeMut<'_, 'env>> {
+        let kind = fixed_kind(value_size)?;
+        let index = self.txn.nested_index(self.index, key.as_ref(), kind)?;
+        Ok(super::fixed::FixedTreeMut::new(&mut *self.txn, index))
+    }
+
+    /// Opens the multi-value tree nested under `key`, creating it if the key is absent.
+    ///
+    /// # Errors
+    /// As [`TreeMut::open_tree`].
+    pub fn open_multi_tree(
+        &mut self,
+        key: impl AsRef<[u8]>,
+    ) -> Result<super::multi::MultiTreeMut<'_, 'env>> {
+        let index = self
+            .txn
+            .nested_index(self.index, key.as_ref(), TreeKind::Multi)?;
+        Ok(super::multi::MultiTreeMut::new(&mut *self.txn, index))
+    }
+
     fn header(&self) -> TreeHeader {
         self.txn.trees[self.index].header
     }
 
-    fn set_header(&mut self, header: TreeHeader) {
-        self.txn.set_tree_header(self.index, header);
+    fn set_header(&mut self, header: TreeHeader) -> Result<()> {
+        self.txn.set_tree_header(self.index, header)
     }
 
     /// Inserts or replaces `key`. Returns true if a value was replaced.
@@ -521,7 +714,7 @@ impl TreeMut<'_, '_> {
         let mut hint = self.txn.trees[self.index].append_hint.take();
         let replaced = tree_write::insert_hinted(self.txn, &mut header, key, value, &mut hint)?;
         self.txn.trees[self.index].append_hint = hint;
-        self.set_header(header);
+        self.set_header(header)?;
         Ok(replaced)
     }
 
@@ -537,7 +730,7 @@ impl TreeMut<'_, '_> {
         self.txn.trees[self.index].append_hint = None;
         let mut header = self.header();
         let removed = tree_write::remove(self.txn, &mut header, key)?;
-        self.set_header(header);
+        self.set_header(header)?;
         Ok(removed)
     }
 
@@ -589,6 +782,19 @@ impl TreeMut<'_, '_> {
     pub fn is_empty(&self) -> bool {
         self.header().entry_count == 0
     }
+}
+
+/// The kind of a fixed-size tree of `value_size`-byte values, if that size is allowed.
+fn fixed_kind(value_size: usize) -> Result<TreeKind> {
+    if value_size > crate::fixed::FIXED_VALUE_SIZE_MAX_BYTES {
+        return Err(Error::ValueTooLarge {
+            size_bytes: value_size,
+            limit_bytes: crate::fixed::FIXED_VALUE_SIZE_MAX_BYTES,
+        });
+    }
+    Ok(TreeKind::Fixed {
+        value_size: value_size as u16,
+    })
 }
 
 fn shorten<'s>(txn: &'s WriteTxn<'_>) -> &'s WriteTxn<'s> {

@@ -1,0 +1,197 @@
+//! Changing a multi-value tree through a [`PageStore`]: add and remove values, moving a
+//! set between its embedded form and its own tree as it grows and shrinks.
+
+use super::{EMBEDDED_SET_MAX_BYTES, decode_set, encode_set, encoded_size};
+use crate::btree::node::{self, ValueRef};
+use crate::btree::write::{self as tree_write, NewEntry};
+use crate::btree::{self, PageStore, Reading, TreeHeader, TreeKind};
+use crate::error::Result;
+use crate::page::corrupt;
+
+/// A key's set, copied out of its page so the tree can change under it.
+enum OwnedSet {
+    /// The encoded embedded set.
+    Embedded(Vec<u8>),
+    Tree(TreeHeader),
+}
+
+fn load<S: PageStore>(store: &S, tree: &TreeHeader, key: &[u8]) -> Result<Option<OwnedSet>> {
+    Ok(
+        match btree::get_stored(Reading(store), tree.root_page, key)? {
+            None => None,
+            Some(stored) => Some(match super::set_of(stored, tree.root_page)? {
+                super::Set::Embedded(_) => match stored {
+                    ValueRef::Inline(bytes) => OwnedSet::Embedded(bytes.to_vec()),
+                    _ => unreachable!("set_of reads only inline values as embedded sets"),
+                },
+                super::Set::Tree(header) => OwnedSet::Tree(header),
+            }),
+        },
+    )
+}
+
+fn store_embedded<S: PageStore>(
+    store: &mut S,
+    tree: &mut TreeHeader,
+    key: &[u8],
+    values: &[&[u8]],
+) -> Result<()> {
+    let bytes = encode_set(values.iter().copied());
+    assert!(
+        bytes.len() <= EMBEDDED_SET_MAX_BYTES,
+        "an embedded set within its limit"
+    );
+    tree_write::insert_entry(store, tree, key, NewEntry::Value(&bytes), &mut None)?;
+    Ok(())
+}
+
+fn store_tree<S: PageStore>(
+    store: &mut S,
+    tree: &mut TreeHeader,
+    key: &[u8],
+    set: &TreeHeader,
+) -> Result<()> {
+    tree_write::insert_entry(store, tree, key, NewEntry::Tree(&set.encode()), &mut None)?;
+    Ok(())
+}
+
+/// A new set tree holding `values` (ascending).
+fn new_set_tree<S: PageStore>(store: &mut S, values: &[&[u8]]) -> Result<TreeHeader> {
+    let mut set = tree_write::create(store)?;
+    let mut hint = None;
+    for value in values {
+        tree_write::insert_hinted(store, &mut set, value, &[], &mut hint)?;
+    }
+    Ok(set)
+}
+
+/// Adds `value` to `key`'s set. Returns false if it was already there.
+///
+/// # Errors
+/// Scratch full; corruption. Sizes are checked by the caller.
+pub fn add<S: PageStore>(
+    store: &mut S,
+    tree: &mut TreeHeader,
+    key: &[u8],
+    value: &[u8],
+) -> Result<bool> {
+    debug_assert!(tree.kind == TreeKind::Multi);
+    debug_assert!(value.len() <= super::MULTI_VALUE_SIZE_MAX_BYTES);
+    match load(store, tree, key)? {
+        None => {
+            if encoded_size([value]) <= EMBEDDED_SET_MAX_BYTES {
+                store_embedded(store, tree, key, &[value])?;
+            } else {
+                let set = new_set_tree(store, &[value])?;
+                store_tree(store, tree, key, &set)?;
+            }
+        }
+        Some(OwnedSet::Embedded(bytes)) => {
+            let mut values = decode_set(&bytes, tree.root_page)?;
+            let Err(at) = values.binary_search(&value) else {
+                return Ok(false);
+            };
+            values.insert(at, value);
+            if encoded_size(values.iter().copied()) <= EMBEDDED_SET_MAX_BYTES {
+                store_embedded(store, tree, key, &values)?;
+            } else {
+                // The entry changes from a value to a tree: replace it whole.
+                let set = new_set_tree(store, &values)?;
+                tree_write::remove(store, tree, key)?;
+                store_tree(store, tree, key, &set)?;
+            }
+        }
+        Some(OwnedSet::Tree(mut set)) => {
+            if btree::get_stored(Reading(store), set.root_page, value)?.is_some() {
+                return Ok(false);
+            }
+            tree_write::insert(store, &mut set, value, &[])?;
+            store_tree(store, tree, key, &set)?;
+        }
+    }
+    Ok(true)
+}
+
+/// Removes `value` from `key`'s set; the key goes when its set empties. Returns false if
+/// the value was not there.
+///
+/// # Errors
+/// Scratch full; corruption.
+pub fn remove<S: PageStore>(
+    store: &mut S,
+    tree: &mut TreeHeader,
+    key: &[u8],
+    value: &[u8],
+) -> Result<bool> {
+    debug_assert!(tree.kind == TreeKind::Multi);
+    match load(store, tree, key)? {
+        None => Ok(false),
+        Some(OwnedSet::Embedded(bytes)) => {
+            let mut values = decode_set(&bytes, tree.root_page)?;
+            let Ok(at) = values.binary_search(&value) else {
+                return Ok(false);
+            };
+            values.remove(at);
+            if values.is_empty() {
+                tree_write::remove(store, tree, key)?;
+            } else {
+                store_embedded(store, tree, key, &values)?;
+            }
+            Ok(true)
+        }
+        Some(OwnedSet::Tree(mut set)) => {
+            if !tree_write::remove(store, &mut set, value)? {
+                return Ok(false);
+            }
+            if set.entry_count == 0 {
+                tree_write::remove(store, tree, key)?; // frees the set's tree
+            } else if let Some(values) = small_enough_to_embed(store, &set)? {
+                let values: Vec<&[u8]> = values.iter().map(Vec::as_slice).collect();
+                tree_write::remove(store, tree, key)?;
+                store_embedded(store, tree, key, &values)?;
+            } else {
+                store_tree(store, tree, key, &set)?;
+            }
+            Ok(true)
+        }
+    }
+}
+
+/// Removes `key` and its whole set. Returns how many values it held.
+///
+/// # Errors
+/// Scratch full; corruption.
+pub fn remove_key<S: PageStore>(store: &mut S, tree: &mut TreeHeader, key: &[u8]) -> Result<u64> {
+    let removed = match load(store, tree, key)? {
+        None => return Ok(0),
+        Some(OwnedSet::Embedded(bytes)) => decode_set(&bytes, tree.root_page)?.len() as u64,
+        Some(OwnedSet::Tree(set)) => set.entry_count,
+    };
+    tree_write::remove(store, tree, key)?;
+    Ok(removed)
+}
+
+/// The values of a set tree that is one leaf and would embed in half the embedded limit.
+fn small_enough_to_embed<S: PageStore>(
+    store: &S,
+    set: &TreeHeader,
+) -> Result<Option<Vec<Vec<u8>>>> {
+    let page = store.page(set.root_page)?;
+    if !node::is_leaf(page, set.root_page)? {
+        return Ok(None);
+    }
+    let mut size_bytes = 0;
+    let mut values = Vec::new();
+    for i in 0..node::count(page) {
+        let value = node::key(page, i, true, set.root_page)?;
+        size_bytes += super::EMBEDDED_LEN_BYTES + value.len();
+        if size_bytes > EMBEDDED_SET_MAX_BYTES / 2 {
+            return Ok(None);
+        }
+        values.push(value.to_vec());
+    }
+    if values.is_empty() {
+        return Err(corrupt(set.root_page, "a set's tree is empty"));
+    }
+    Ok(Some(values))
+}

@@ -1,0 +1,220 @@
+//! Multi-value trees as a transaction sees them (the layout is in `crate::multi`).
+
+use super::state::State;
+use super::write::WriteTxn;
+use crate::btree::{Range, TreeHeader, TreeKind};
+use crate::error::{Error, Result};
+use crate::limits::KEY_SIZE_MAX_BYTES;
+use crate::multi::{self, MULTI_VALUE_SIZE_MAX_BYTES, Values};
+use std::ops::RangeBounds;
+
+/// A multi-value tree in a read transaction: each key holds a sorted set of distinct
+/// values.
+///
+/// ```
+/// # let dir = tempfile::tempdir().unwrap();
+/// let env = hrafn::Environment::open(dir.path(), hrafn::Options::default())?;
+/// let mut wtx = env.begin_write()?;
+/// let mut index = wtx.open_multi_tree("by-label")?;
+/// index.add(b"job=api", b"series-1")?;
+/// index.add(b"job=api", b"series-7")?;
+/// index.add(b"job=db", b"series-2")?;
+/// index.remove(b"job=api", b"series-1")?;
+/// wtx.commit()?;
+///
+/// let rtx = env.begin_read()?;
+/// let index = rtx.open_multi_tree("by-label")?;
+/// let api: Vec<&[u8]> = index.values(b"job=api")?.collect::<Result<_, _>>()?;
+/// assert_eq!(api, [&b"series-7"[..]]);
+/// assert!(index.contains(b"job=db", b"series-2")?);
+/// assert_eq!(index.count(b"job=none")?, 0);
+/// # Ok::<(), hrafn::Error>(())
+/// ```
+pub struct MultiTree<'t> {
+    src: &'t State,
+    header: TreeHeader,
+}
+
+fn expect_multi(name: &str, header: TreeHeader) -> Result<TreeHeader> {
+    header.expect_kind(name, TreeKind::Multi)?;
+    Ok(header)
+}
+
+impl<'t> MultiTree<'t> {
+    pub(crate) fn new(src: &'t State, name: &str, header: TreeHeader) -> Result<MultiTree<'t>> {
+        Ok(MultiTree {
+            src,
+            header: expect_multi(name, header)?,
+        })
+    }
+
+    /// Whether `value` is in `key`'s set.
+    ///
+    /// # Errors
+    /// Corruption.
+    pub fn contains(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<bool> {
+        multi::contains(
+            self.src,
+            self.header.root_page,
+            key.as_ref(),
+            value.as_ref(),
+        )
+    }
+
+    /// The values of `key`, ascending (none if the key is absent); iterate from either end.
+    ///
+    /// # Errors
+    /// Corruption.
+    pub fn values(&self, key: impl AsRef<[u8]>) -> Result<Values<'t, &'t State>> {
+        Values::new(self.src, self.header.root_page, key.as_ref())
+    }
+
+    /// Number of values of `key`.
+    ///
+    /// # Errors
+    /// Corruption.
+    pub fn count(&self, key: impl AsRef<[u8]>) -> Result<u64> {
+        multi::count(self.src, self.header.root_page, key.as_ref())
+    }
+
+    /// The keys in `range`, in order, each with its stored set (use [`MultiTree::values`]
+    /// to read a set).
+    ///
+    /// # Errors
+    /// Corruption met while positioning.
+    pub fn keys<K: AsRef<[u8]>, R: RangeBounds<K>>(
+        &self,
+        range: R,
+    ) -> Result<impl DoubleEndedIterator<Item = Result<&'t [u8]>> + use<'t, K, R>> {
+        let (start, end) = super::read::bounds(&range);
+        let keys = Range::new(self.src, self.header.root_page, start, end)?;
+        Ok(keys.map(|e| e.map(|(k, _)| k)))
+    }
+
+    /// Number of keys.
+    pub fn key_count(&self) -> u64 {
+        self.header.entry_count
+    }
+
+    /// Whether the tree has no keys.
+    pub fn is_empty(&self) -> bool {
+        self.header.entry_count == 0
+    }
+}
+
+/// A multi-value tree opened for writing; borrows the write transaction (or, nested, its
+/// parent tree's handle).
+pub struct MultiTreeMut<'t, 'env> {
+    txn: &'t mut WriteTxn<'env>,
+    index: usize,
+}
+
+impl<'t, 'env> MultiTreeMut<'t, 'env> {
+    pub(crate) fn new(txn: &'t mut WriteTxn<'env>, index: usize) -> MultiTreeMut<'t, 'env> {
+        MultiTreeMut { txn, index }
+    }
+
+    fn header(&self) -> TreeHeader {
+        self.txn.trees[self.index].header
+    }
+
+    fn check_sizes(key: &[u8], value: &[u8]) -> Result<()> {
+        if key.len() > KEY_SIZE_MAX_BYTES {
+            return Err(Error::KeyTooLarge {
+                size_bytes: key.len(),
+                limit_bytes: KEY_SIZE_MAX_BYTES,
+            });
+        }
+        if value.len() > MULTI_VALUE_SIZE_MAX_BYTES {
+            return Err(Error::ValueTooLarge {
+                size_bytes: value.len(),
+                limit_bytes: MULTI_VALUE_SIZE_MAX_BYTES,
+            });
+        }
+        Ok(())
+    }
+
+    /// Adds `value` to `key`'s set. Returns false if it was already there.
+    ///
+    /// # Errors
+    /// [`Error::KeyTooLarge`]; [`Error::ValueTooLarge`] past
+    /// [`multi::MULTI_VALUE_SIZE_MAX_BYTES`]; scratch full; corruption.
+    pub fn add(&mut self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<bool> {
+        let (key, value) = (key.as_ref(), value.as_ref());
+        Self::check_sizes(key, value)?;
+        let mut header = self.header();
+        let added = multi::write::add(self.txn, &mut header, key, value)?;
+        self.txn.set_tree_header(self.index, header)?;
+        Ok(added)
+    }
+
+    /// Removes `value` from `key`'s set (the key goes with its last value). Returns false
+    /// if it was not there.
+    ///
+    /// # Errors
+    /// Scratch full; corruption.
+    pub fn remove(&mut self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<bool> {
+        let (key, value) = (key.as_ref(), value.as_ref());
+        if Self::check_sizes(key, value).is_err() {
+            return Ok(false);
+        }
+        let mut header = self.header();
+        let removed = multi::write::remove(self.txn, &mut header, key, value)?;
+        self.txn.set_tree_header(self.index, header)?;
+        Ok(removed)
+    }
+
+    /// Removes `key` with all its values. Returns how many values it held.
+    ///
+    /// # Errors
+    /// Scratch full; corruption.
+    pub fn remove_key(&mut self, key: impl AsRef<[u8]>) -> Result<u64> {
+        let key = key.as_ref();
+        if key.len() > KEY_SIZE_MAX_BYTES {
+            return Ok(0);
+        }
+        let mut header = self.header();
+        let removed = multi::write::remove_key(self.txn, &mut header, key)?;
+        self.txn.set_tree_header(self.index, header)?;
+        Ok(removed)
+    }
+
+    /// Whether `value` is in `key`'s set, as this transaction sees it.
+    ///
+    /// # Errors
+    /// Corruption.
+    pub fn contains(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<bool> {
+        multi::contains(
+            &*self.txn,
+            self.header().root_page,
+            key.as_ref(),
+            value.as_ref(),
+        )
+    }
+
+    /// The values of `key`, ascending, as this transaction sees them.
+    ///
+    /// # Errors
+    /// Corruption.
+    pub fn values<'s>(&'s self, key: impl AsRef<[u8]>) -> Result<Values<'s, &'s WriteTxn<'env>>> {
+        Values::new(&*self.txn, self.header().root_page, key.as_ref())
+    }
+
+    /// Number of values of `key`.
+    ///
+    /// # Errors
+    /// Corruption.
+    pub fn count(&self, key: impl AsRef<[u8]>) -> Result<u64> {
+        multi::count(&*self.txn, self.header().root_page, key.as_ref())
+    }
+
+    /// Number of keys.
+    pub fn key_count(&self) -> u64 {
+        self.header().entry_count
+    }
+
+    /// Whether the tree has no keys.
+    pub fn is_empty(&self) -> bool {
+        self.header().entry_count == 0
+    }
+}

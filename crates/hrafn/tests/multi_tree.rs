@@ -1,0 +1,399 @@
+//! Multi-value trees against an in-memory model: random adds and removes over keys whose
+//! sets stay small (embedded) or grow into their own trees and shrink back, whole-key
+//! removes, commits and aborts, forward and backward iteration, reopens, the integrity
+//! check after every commit, and power loss at every storage operation.
+
+mod common;
+mod crash_support;
+
+use common::mix;
+use hrafn::multi::{EMBEDDED_SET_MAX_BYTES, MULTI_VALUE_SIZE_MAX_BYTES};
+use hrafn::{Environment, Error, Options};
+use std::collections::{BTreeMap, BTreeSet};
+
+type Model = BTreeMap<Vec<u8>, BTreeSet<Vec<u8>>>;
+
+fn key(k: u64) -> Vec<u8> {
+    format!("key{k:03}").into_bytes()
+}
+
+/// A value: mostly short, sometimes long enough that a few of them outgrow an embedded set.
+fn value(r: u64) -> Vec<u8> {
+    let len = match r % 16 {
+        0 => (r >> 8) as usize % 600,
+        1 => 0,
+        _ => 1 + (r >> 8) as usize % 12,
+    };
+    let mut v: Vec<u8> = (0..len).map(|i| mix(r ^ i as u64) as u8 % 8).collect();
+    v.truncate(len);
+    v
+}
+
+fn assert_same(env: &Environment, model: &Model) {
+    let rtx = env.begin_read().expect("read");
+    let t = rtx.open_multi_tree("m").expect("open");
+    assert_eq!(t.key_count(), model.len() as u64);
+    let keys: Vec<Vec<u8>> = t
+        .keys::<&[u8], _>(..)
+        .expect("keys")
+        .map(|k| k.expect("key").to_vec())
+        .collect();
+    assert_eq!(keys, model.keys().cloned().collect::<Vec<_>>());
+    let keys_rev: Vec<Vec<u8>> = t
+        .keys::<&[u8], _>(..)
+        .expect("keys")
+        .rev()
+        .map(|k| k.expect("key").to_vec())
+        .collect();
+    assert_eq!(keys_rev, model.keys().rev().cloned().collect::<Vec<_>>());
+    for (k, set) in model {
+        let values: Vec<Vec<u8>> = t
+            .values(k)
+            .expect("values")
+            .map(|v| v.expect("value").to_vec())
+            .collect();
+        assert_eq!(values, set.iter().cloned().collect::<Vec<_>>(), "values");
+        let values_rev: Vec<Vec<u8>> = t
+            .values(k)
+            .expect("values")
+            .rev()
+            .map(|v| v.expect("value").to_vec())
+            .collect();
+        assert_eq!(
+            values_rev,
+            set.iter().rev().cloned().collect::<Vec<_>>(),
+            "values backwards"
+        );
+        assert_eq!(t.count(k).expect("count"), set.len() as u64);
+        let first = set.iter().next().expect("non-empty");
+        assert!(t.contains(k, first).expect("contains"));
+    }
+    assert_eq!(t.count(b"absent").expect("count"), 0);
+    assert_eq!(t.values(b"absent").expect("values").count(), 0);
+    drop(rtx);
+    env.check().expect("check");
+}
+
+#[test]
+fn random_operations_match_the_model() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let options = common::small_options();
+    let mut env = Environment::open(dir.path(), options.clone()).expect("open");
+    let mut model = Model::new();
+    let mut wtx = env.begin_write().expect("write");
+    wtx.open_multi_tree("m").expect("create");
+    wtx.commit().expect("commit");
+    let mut r = 0x3017_u64;
+    let mut next = move || {
+        r = mix(r);
+        r
+    };
+    let (mut cases, mut nested_seen) = (0u64, 0u64);
+    for txn in 0..60u64 {
+        let mut wtx = env.begin_write().expect("write");
+        let mut changed = model.clone();
+        {
+            let mut t = wtx.open_multi_tree("m").expect("open");
+            // Early transactions grow sets past the embedded limit; later ones shrink
+            // them back, so sets move both ways.
+            let add_percent = if txn < 30 { 75 } else { 35 };
+            for _ in 0..(50 + next() % 300) {
+                cases += 1;
+                // Few keys, so sets grow large; some keys take many values.
+                let k = key(next() % 24);
+                let op = next() % 100;
+                if op < add_percent {
+                    let v = value(next());
+                    let added = t.add(&k, &v).expect("add");
+                    assert_eq!(added, changed.entry(k.clone()).or_default().insert(v));
+                } else if op < 98 {
+                    // Remove a present value most of the time, an absent one otherwise.
+                    let present = changed.get(&k).and_then(|s| {
+                        let n = s.len() as u64;
+                        s.iter().nth((next() % n.max(1)) as usize).cloned()
+                    });
+                    let v = match present {
+                        Some(v) if next() % 4 != 0 => v,
+                        _ => value(next()),
+                    };
+                    let removed = t.remove(&k, &v).expect("remove");
+                    let in_model = changed.get_mut(&k).is_some_and(|s| s.remove(&v));
+                    if changed.get(&k).is_some_and(BTreeSet::is_empty) {
+                        changed.remove(&k);
+                    }
+                    assert_eq!(removed, in_model);
+                } else {
+                    let removed = t.remove_key(&k).expect("remove_key");
+                    let want = changed.remove(&k).map_or(0, |s| s.len() as u64);
+                    assert_eq!(removed, want);
+                }
+                let n = t.count(&k).expect("count");
+                assert_eq!(n, changed.get(&k).map_or(0, |s| s.len() as u64));
+            }
+            assert_eq!(t.key_count(), changed.len() as u64);
+        }
+        nested_seen += changed
+            .values()
+            .filter(|s| s.iter().map(|v| v.len() + 2).sum::<usize>() > EMBEDDED_SET_MAX_BYTES)
+            .count() as u64;
+        if next() % 5 == 0 {
+            wtx.abort();
+        } else {
+            wtx.commit().expect("commit");
+            model = changed;
+        }
+        assert_same(&env, &model);
+        if txn % 15 == 14 {
+            drop(env);
+            env = Environment::open(dir.path(), options.clone()).expect("reopen");
+            assert_same(&env, &model);
+        }
+    }
+    assert!(cases >= 10_000, "{cases} cases");
+    assert!(nested_seen > 0, "no set outgrew its entry");
+    // Empty it: every set's pages go back to the free-space map (the check counts them).
+    let mut wtx = env.begin_write().expect("write");
+    {
+        let mut t = wtx.open_multi_tree("m").expect("open");
+        for (k, set) in &model {
+            assert_eq!(t.remove_key(k).expect("remove_key"), set.len() as u64);
+        }
+        assert!(t.is_empty());
+    }
+    wtx.commit().expect("commit");
+    assert_same(&env, &Model::new());
+}
+
+#[test]
+fn a_set_moves_into_its_own_tree_and_back() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = Environment::open(dir.path(), Options::default()).expect("open");
+    let pages = |env: &Environment| env.check().expect("check").used_pages;
+    // A set that grows into a tree and is removed whole leaves the free-space map (two
+    // pages) behind, and nothing else.
+    let mut wtx = env.begin_write().expect("write");
+    {
+        let mut t = wtx.open_multi_tree("m").expect("open");
+        for i in 0..5_000u64 {
+            t.add(b"warm", i.to_be_bytes()).expect("add");
+        }
+    }
+    wtx.commit().expect("commit");
+    let mut wtx = env.begin_write().expect("write");
+    assert_eq!(
+        wtx.open_multi_tree("m")
+            .expect("open")
+            .remove_key(b"warm")
+            .expect("remove_key"),
+        5_000
+    );
+    wtx.commit().expect("commit");
+    let empty_pages = pages(&env);
+    assert_eq!(empty_pages, 5, "meta, free-space map, catalog, one leaf");
+
+    // 100 values of 8 bytes embed (1,000 bytes); the 103rd does not.
+    let mut wtx = env.begin_write().expect("write");
+    {
+        let mut t = wtx.open_multi_tree("m").expect("open");
+        for i in 0..100u64 {
+            assert!(t.add(b"k", i.to_be_bytes()).expect("add"));
+        }
+        assert!(!t.add(b"k", 5u64.to_be_bytes()).expect("add again"));
+    }
+    wtx.commit().expect("commit");
+    assert_eq!(pages(&env), empty_pages, "an embedded set takes no page");
+    assert_eq!(env.check().expect("check").nested_tree_count, 0);
+
+    let mut wtx = env.begin_write().expect("write");
+    {
+        let mut t = wtx.open_multi_tree("m").expect("open");
+        for i in 100..5_000u64 {
+            t.add(b"k", i.to_be_bytes()).expect("add");
+        }
+    }
+    wtx.commit().expect("commit");
+    let report = env.check().expect("check");
+    assert_eq!(report.nested_tree_count, 1);
+    assert!(report.used_pages > empty_pages + 5, "{report:?}");
+
+    let mut wtx = env.begin_write().expect("write");
+    {
+        let mut t = wtx.open_multi_tree("m").expect("open");
+        for i in 40..5_000u64 {
+            assert!(t.remove(b"k", i.to_be_bytes()).expect("remove"));
+        }
+        assert_eq!(t.count(b"k").expect("count"), 40);
+    }
+    wtx.commit().expect("commit");
+    let report = env.check().expect("check");
+    assert_eq!(report.nested_tree_count, 0, "a small set embeds again");
+    assert_eq!(report.used_pages, empty_pages, "{report:?}");
+    let rtx = env.begin_read().expect("read");
+    let t = rtx.open_multi_tree("m").expect("open");
+    let values: Vec<u64> = t
+        .values(b"k")
+        .expect("values")
+        .map(|v| u64::from_be_bytes(v.expect("value").try_into().expect("8 bytes")))
+        .collect();
+    assert_eq!(values, (0..40).collect::<Vec<_>>());
+}
+
+#[test]
+fn sizes_and_kinds_are_checked() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = Environment::open(dir.path(), Options::default()).expect("open");
+    let mut wtx = env.begin_write().expect("write");
+    {
+        let mut t = wtx.open_multi_tree("m").expect("open");
+        let long = vec![7u8; MULTI_VALUE_SIZE_MAX_BYTES + 1];
+        assert!(matches!(
+            t.add(b"k", &long),
+            Err(Error::ValueTooLarge { .. })
+        ));
+        assert!(
+            !t.remove(b"k", &long)
+                .expect("remove of an impossible value")
+        );
+        // The longest value starts its set in a tree of its own.
+        let longest = vec![7u8; MULTI_VALUE_SIZE_MAX_BYTES];
+        assert!(t.add(b"k", &longest).expect("add"));
+        assert!(t.contains(b"k", &longest).expect("contains"));
+        assert!(matches!(
+            t.add(vec![1u8; 2001], b"v"),
+            Err(Error::KeyTooLarge { .. })
+        ));
+    }
+    assert!(matches!(
+        wtx.open_tree("m"),
+        Err(Error::WrongTreeKind { .. })
+    ));
+    wtx.open_tree("plain").expect("open");
+    assert!(matches!(
+        wtx.open_multi_tree("plain"),
+        Err(Error::WrongTreeKind { .. })
+    ));
+    wtx.commit().expect("commit");
+    let rtx = env.begin_read().expect("read");
+    assert!(matches!(
+        rtx.open_multi_tree("plain"),
+        Err(Error::WrongTreeKind { .. })
+    ));
+    assert!(matches!(
+        rtx.open_multi_tree("none"),
+        Err(Error::TreeNotFound { .. })
+    ));
+    assert_eq!(env.check().expect("check").nested_tree_count, 1);
+}
+
+/// Power loss at every storage operation of a workload of adds and removes across the
+/// embedded/tree boundary: every damage variant recovers to a committed state and checks
+/// clean (every set decodes, every set tree is sound, no page leaks).
+#[test]
+fn power_loss_recovers_a_committed_state() {
+    use crash_support::DAMAGE_VARIANTS;
+    use hrafn::storage::sim::SimStorage;
+    use std::sync::Arc;
+
+    const COMMITS: u64 = 16;
+    let options = crash_support::deterministic_options();
+    let run = |sim: &SimStorage| -> (Vec<Model>, usize) {
+        let mut models = vec![Model::new()];
+        let Ok(env) = Environment::open_with_storage(Arc::new(sim.clone()), options.clone()) else {
+            return (models, 0);
+        };
+        let mut acked = 0;
+        for txn in 0..COMMITS {
+            let mut model = models.last().expect("model").clone();
+            let step = (|| {
+                let mut wtx = env.begin_write()?;
+                {
+                    let mut t = wtx.open_multi_tree("m")?;
+                    for i in 0..60 {
+                        let r = mix(txn * 1000 + i);
+                        let k = key(r % 3);
+                        let v = (r >> 8).to_be_bytes()[..4 + (r % 5) as usize].to_vec();
+                        if txn >= 10 && r % 3 != 0 {
+                            let first = model.get(&k).and_then(|s| s.iter().next().cloned());
+                            if let Some(v) = first {
+                                t.remove(&k, &v)?;
+                                let set = model.get_mut(&k).expect("present");
+                                set.remove(&v);
+                                if set.is_empty() {
+                                    model.remove(&k);
+                                }
+                            }
+                        } else {
+                            t.add(&k, &v)?;
+                            model.entry(k).or_default().insert(v);
+                        }
+                    }
+                }
+                wtx.commit()?;
+                if txn % 5 == 4 {
+                    env.flush_and_sync()?;
+                }
+                Ok::<(), Error>(())
+            })();
+            models.push(model);
+            if step.is_err() {
+                break;
+            }
+            acked += 1;
+        }
+        (models, acked)
+    };
+    let dry = SimStorage::new(0x3017);
+    let (models, acked) = run(&dry);
+    assert_eq!(acked, COMMITS as usize);
+    let big = models
+        .iter()
+        .flat_map(|m| m.values())
+        .any(|s| s.iter().map(|v| v.len() + 2).sum::<usize>() > EMBEDDED_SET_MAX_BYTES);
+    assert!(big, "the workload never moves a set into its own tree");
+    let ops = dry.ops_count();
+    let mut states = 0;
+    for op in 0..ops {
+        let sim = SimStorage::new(0x3017);
+        sim.crash_at(op);
+        let (models, acked) = run(&sim);
+        for (damage, salt) in DAMAGE_VARIANTS {
+            let disk = sim.power_cut_salted(damage, salt);
+            let env = Environment::open_with_storage(Arc::new(disk), options.clone())
+                .unwrap_or_else(|e| panic!("op {op} {damage:?}: reopen failed: {e}"));
+            let rtx = env.begin_read().expect("read");
+            let found: Model = match rtx.open_multi_tree("m") {
+                Ok(t) => {
+                    let keys: Vec<Vec<u8>> = t
+                        .keys::<&[u8], _>(..)
+                        .expect("keys")
+                        .map(|k| k.expect("key").to_vec())
+                        .collect();
+                    keys.into_iter()
+                        .map(|k| {
+                            let set = t
+                                .values(&k)
+                                .expect("values")
+                                .map(|v| v.expect("value").to_vec())
+                                .collect();
+                            (k, set)
+                        })
+                        .collect()
+                }
+                Err(Error::TreeNotFound { .. }) => Model::new(),
+                Err(e) => panic!("op {op} {damage:?}: {e}"),
+            };
+            drop(rtx);
+            assert!(
+                (acked..models.len()).any(|j| models[j] == found),
+                "op {op} {damage:?}: recovered a state that is not one of commits {acked}..{}",
+                models.len() - 1
+            );
+            env.check()
+                .unwrap_or_else(|e| panic!("op {op} {damage:?}: check: {e}"));
+            states += 1;
+        }
+    }
+    common::summary(&format!(
+        "multi-value tree power loss: {states} crash states over {ops} operations"
+    ));
+}
