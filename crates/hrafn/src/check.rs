@@ -123,13 +123,18 @@ pub fn check<'a, S: PageSource<'a>>(src: S) -> Result<CheckReport> {
             trees.push((k.to_vec(), TreeHeader::decode(v, meta.root_page)?));
             Ok(())
         })?;
-        for (name, header) in trees {
+        for (name, header) in &trees {
             walker.report.tree_count += 1;
             walker.report.entry_count += header.entry_count;
-            walk_any(src, &header, Role::Tree, 0, &mut walker).map_err(|e| match e {
+            let walked = if header.kind == TreeKind::Table {
+                walk_table(src, header, &trees, &mut walker)
+            } else {
+                walk_any(src, header, Role::Tree, 0, &mut walker)
+            };
+            walked.map_err(|e| match e {
                 Error::Corruption { site, reason } => Error::Corruption {
                     site,
-                    reason: format!("{reason} (tree {:?})", String::from_utf8_lossy(&name)),
+                    reason: format!("{reason} (tree {:?})", String::from_utf8_lossy(name)),
                 },
                 other => other,
             })?;
@@ -239,6 +244,9 @@ fn walk_any<'a, S: PageSource<'a>>(
             })?;
         }
         (_, Role::Set) => return Err(corrupt(root_page, "a set's tree is not a B+tree")),
+        (TreeKind::Table, Role::Tree) => {
+            return Err(corrupt(root_page, "a table nested in a tree"));
+        }
     }
     for (header, role) in nested {
         walk_any(src, &header, role, nesting + 1, walker)?;
@@ -327,6 +335,130 @@ fn walk_tree<'a, S: PageSource<'a>>(
                 tree.entry_count
             ),
         ));
+    }
+    Ok(())
+}
+
+/// Checks a table: its own trees, every record page and overflow run (marked in use, each
+/// record decoded), the record count, and that every index holds exactly each record's
+/// keys (global indexes: each record's keys; they may hold other tables' too).
+fn walk_table<'a, S: PageSource<'a>>(
+    src: S,
+    header: &TreeHeader,
+    named: &[(Vec<u8>, TreeHeader)],
+    walker: &mut Walker,
+) -> Result<()> {
+    use crate::table::{self, PAGES_OVERFLOW_RUN, TableView};
+    let root_page = header.root_page;
+    let view = TableView::load(src, *header, &mut |index| {
+        named
+            .iter()
+            .find(|(n, _)| n == index.name.as_bytes())
+            .map(|(_, h)| *h)
+            .ok_or_else(|| corrupt(root_page, format!("global index {:?} missing", index.name)))
+    })?;
+    // The table's own B+tree: state, schema, pages, candidates, primary key, local indexes.
+    let own_entries = 4
+        + u64::from(view.primary_key.is_some())
+        + view.schema.indexes.iter().filter(|i| !i.global).count() as u64;
+    let own = TreeHeader {
+        root_page,
+        entry_count: own_entries,
+        kind: TreeKind::BTree,
+    };
+    walk_any(src, &own, Role::Tree, 0, walker)?;
+    let mut records = 0u64;
+    let mut pages = Vec::new();
+    for entry in fixed::FixedRange::new(src, view.pages.root_page, 4, ..)? {
+        let (page_number, marker) = entry?;
+        pages.push((page_number, marker == PAGES_OVERFLOW_RUN.to_le_bytes()));
+    }
+    let mut ids = Vec::new();
+    for &(page_number, overflow) in &pages {
+        if overflow {
+            let run = src.page(page_number)?;
+            walker.mark(
+                page_number,
+                overflow_page_count(crate::page::get_u64(run, crate::page::OFFSET_AUX)),
+            )?;
+            let record = view.overflow_record(src, page_number)?;
+            ids.push((table::make_id(page_number, 0), record));
+            continue;
+        }
+        let page = src.page(page_number)?;
+        walker.mark(page_number, 1)?;
+        table::validate_page(page, page_number, view.tag)?;
+        let mut live = 0;
+        for offset in table::live_offsets(page, page_number)? {
+            let id = table::make_id(page_number, offset);
+            live += table::slot_at(page, page_number, offset)?.1;
+            let record = view
+                .get(src, walker.next_page_number, id)?
+                .ok_or_else(|| corrupt(page_number, "live record unreadable"))?;
+            ids.push((id, record));
+        }
+        if live != table::write::live_bytes(page) {
+            return Err(corrupt(page_number, "record page live bytes disagree"));
+        }
+    }
+    for entry in fixed::FixedRange::new(src, view.candidates.root_page, 0, ..)? {
+        let (page_number, _) = entry?;
+        if page_number == view.active_page || !pages.contains(&(page_number, false)) {
+            return Err(corrupt(
+                page_number,
+                "reuse candidate is not an inactive record page",
+            ));
+        }
+    }
+    records += ids.len() as u64;
+    if records != header.entry_count {
+        return Err(corrupt(
+            root_page,
+            format!(
+                "table holds {records} records, its header says {}",
+                header.entry_count
+            ),
+        ));
+    }
+    for (id, record) in &ids {
+        table::write::check_indexed(src, &view, &record.fields(), *id)?;
+    }
+    if let Some(pk) = view.primary_key
+        && pk.entry_count != records
+    {
+        return Err(corrupt(
+            pk.root_page,
+            "primary key count differs from the records",
+        ));
+    }
+    for (index, tree) in view.schema.indexes.iter().zip(&view.indexes) {
+        if index.global {
+            continue;
+        }
+        let entries = match index.kind {
+            table::IndexKind::Fixed => tree.entry_count,
+            table::IndexKind::Variable => {
+                let mut values = 0;
+                for key in crate::btree::Range::new(
+                    src,
+                    tree.root_page,
+                    std::ops::Bound::Unbounded,
+                    std::ops::Bound::Unbounded,
+                )? {
+                    values += crate::multi::count(src, tree.root_page, key?.0)?;
+                }
+                values
+            }
+        };
+        if entries != records {
+            return Err(corrupt(
+                tree.root_page,
+                format!(
+                    "index {:?} holds {entries} entries for {records} records",
+                    index.name
+                ),
+            ));
+        }
     }
     Ok(())
 }

@@ -138,6 +138,18 @@ pub enum Error {
     /// A write on an environment opened with [`crate::Environment::open_read_only`].
     #[error("the environment is open read-only")]
     ReadOnly,
+    /// A table insert or update would give a unique index (the primary key, a fixed index)
+    /// a second record under one key. Nothing was changed.
+    #[error("table {table:?}: index {index:?} already holds key {key:?}")]
+    DuplicateKey {
+        table: String,
+        index: String,
+        key: Vec<u8>,
+    },
+    /// A table was opened with another schema than it was made with, and no migration was
+    /// asked for.
+    #[error("table {table:?} has another schema: {reason}")]
+    SchemaMismatch { table: String, reason: String },
 }
 
 impl Error {
@@ -245,6 +257,15 @@ impl Error {
                 waited_ms: *waited_ms,
             },
             Error::InvalidArgument(m) => Error::InvalidArgument(m.clone()),
+            Error::DuplicateKey { table, index, key } => Error::DuplicateKey {
+                table: table.clone(),
+                index: index.clone(),
+                key: key.clone(),
+            },
+            Error::SchemaMismatch { table, reason } => Error::SchemaMismatch {
+                table: table.clone(),
+                reason: reason.clone(),
+            },
         }
     }
 

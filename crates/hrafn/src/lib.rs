@@ -49,13 +49,15 @@ pub mod page;
 pub mod scratch;
 pub mod storage;
 mod sync;
+pub mod table;
 mod txn;
 
 pub use check::CheckReport;
 pub use env::{DATA_FILE, Durability, Environment, Options, Stats};
 pub use error::{CorruptionSite, Error, Result};
 pub use txn::{
-    FixedTree, FixedTreeMut, MultiTree, MultiTreeMut, ReadTxn, Tree, TreeMut, WriteBatch, WriteTxn,
+    FixedTree, FixedTreeMut, MultiTree, MultiTreeMut, ReadTxn, Table, TableMut, Tree, TreeMut,
+    WriteBatch, WriteTxn,
 };
 
 /// The README's example, compiled and run as a doctest.

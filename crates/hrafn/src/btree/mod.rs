@@ -36,6 +36,14 @@ pub trait PageSource<'a>: Copy {
     /// # Errors
     /// [`crate::Error::Corruption`] for a bad page, I/O-free otherwise.
     fn page(self, page_number: u64) -> Result<&'a [u8]>;
+
+    /// The first page-size bytes of `page_number`'s current version, unverified; `None`
+    /// beyond the data. For probing a page an untrusted reference names (a table record
+    /// id) before reading it through [`PageSource::page`]: any bytes may come back, so
+    /// nothing read here may be trusted.
+    fn page_unverified(self, page_number: u64) -> Option<&'a [u8]> {
+        self.page(page_number).ok()
+    }
 }
 
 /// Copy-on-write page access for a writing transaction.
@@ -45,6 +53,10 @@ pub trait PageStore {
     /// # Errors
     /// As [`PageSource::page`].
     fn page(&self, page_number: u64) -> Result<&[u8]>;
+    /// As [`PageSource::page_unverified`].
+    fn page_unverified(&self, page_number: u64) -> Option<&[u8]> {
+        self.page(page_number).ok()
+    }
     /// A writable copy of a page (copied into scratch on first use).
     ///
     /// # Errors
@@ -77,6 +89,11 @@ impl<'s, S: PageStore + ?Sized> PageSource<'s> for Reading<'s, S> {
     fn page(self, page_number: u64) -> Result<&'s [u8]> {
         self.0.page(page_number)
     }
+
+    #[inline]
+    fn page_unverified(self, page_number: u64) -> Option<&'s [u8]> {
+        self.0.page_unverified(page_number)
+    }
 }
 
 /// What a named tree is.
@@ -88,10 +105,13 @@ pub enum TreeKind {
     Fixed { value_size: u16 },
     /// A multi-value tree: each key holds a sorted set of values (`multi/`).
     Multi,
+    /// A table: records in record pages, a primary key and indexes (`table/`). The root
+    /// is the table's own B+tree; the entry count is the number of records.
+    Table,
 }
 
 /// The stored form of a tree (24 bytes, little-endian): root page u64, entry count u64,
-/// kind u8 (0 B+tree, 1 fixed-size, 2 multi-value), reserved u8, value size u16 (fixed-size trees),
+/// kind u8 (0 B+tree, 1 fixed-size, 2 multi-value, 3 table), reserved u8, value size u16 (fixed-size trees),
 /// reserved u32.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TreeHeader {
@@ -108,7 +128,7 @@ impl TreeKind {
     pub fn fixed_value_size(self) -> Option<usize> {
         match self {
             TreeKind::Fixed { value_size } => Some(usize::from(value_size)),
-            TreeKind::BTree | TreeKind::Multi => None,
+            TreeKind::BTree | TreeKind::Multi | TreeKind::Table => None,
         }
     }
 }
@@ -121,6 +141,7 @@ impl std::fmt::Display for TreeKind {
                 write!(f, "a fixed-size tree of {value_size}-byte values")
             }
             TreeKind::Multi => write!(f, "a multi-value tree"),
+            TreeKind::Table => write!(f, "a table"),
         }
     }
 }
@@ -162,6 +183,7 @@ impl TreeHeader {
                 out[18..20].copy_from_slice(&value_size.to_le_bytes());
             }
             TreeKind::Multi => out[16] = 2,
+            TreeKind::Table => out[16] = 3,
         }
         out
     }
@@ -181,6 +203,7 @@ impl TreeHeader {
                 TreeKind::Fixed { value_size }
             }
             2 => TreeKind::Multi,
+            3 => TreeKind::Table,
             _ => return Err(corrupt(where_page, "tree header of an unknown kind")),
         };
         Ok(TreeHeader {

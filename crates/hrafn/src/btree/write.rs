@@ -9,7 +9,7 @@
 //! leaf leaves an [`AppendHint`], and the next larger key goes straight to that leaf.
 
 use super::node::{self, ValueRef};
-use super::{DEPTH_MAX, PageStore, TreeHeader, fits_inline};
+use super::{DEPTH_MAX, PageStore, Reading, TreeHeader, fits_inline};
 use crate::error::Result;
 use crate::limits::{PAGE_HEADER_SIZE_BYTES, PAGE_SIZE_BYTES};
 use crate::page::{OFFSET_AUX, PageKind, corrupt, overflow_page_count, put_u64};
@@ -255,8 +255,19 @@ fn drop_nested<S: PageStore>(store: &mut S, tree: &TreeHeader, nesting: usize) -
     if nesting > super::NESTING_DEPTH_MAX {
         return Err(corrupt(tree.root_page, "trees nested deeper than allowed"));
     }
-    if let super::TreeKind::Fixed { .. } = tree.kind {
-        return crate::fixed::write::drop_tree(store, tree);
+    match tree.kind {
+        super::TreeKind::Fixed { .. } => return crate::fixed::write::drop_tree(store, tree),
+        super::TreeKind::Table => {
+            // Record pages hang off the table's page list, not off its trees.
+            match super::get_stored(Reading(&*store), tree.root_page, crate::table::keys::PAGES)? {
+                Some(ValueRef::Tree(bytes)) => {
+                    let pages = TreeHeader::decode(bytes, tree.root_page)?;
+                    crate::table::write::drop_records(store, &pages)?;
+                }
+                _ => return Err(corrupt(tree.root_page, "table without its page list")),
+            }
+        }
+        super::TreeKind::BTree | super::TreeKind::Multi => {}
     }
     let mut stack = vec![(tree.root_page, 0usize)];
     while let Some((page_number, depth)) = stack.pop() {
@@ -314,7 +325,11 @@ fn free_value_at<S: PageStore>(store: &mut S, leaf: u64, i: usize) -> Result<()>
     Ok(())
 }
 
-fn write_overflow<S: PageStore>(store: &mut S, value: &[u8]) -> Result<u64> {
+/// Writes `value` into a new overflow run; returns its first page.
+///
+/// # Errors
+/// Allocation failures.
+pub(crate) fn write_overflow<S: PageStore>(store: &mut S, value: &[u8]) -> Result<u64> {
     let count = overflow_page_count(value.len() as u64);
     let first = store.allocate(count, PageKind::Overflow)?;
     let run = store.page_mut(first)?;

@@ -11,7 +11,7 @@
 //! | 18 | 2 | entry count |
 //! | 20 | 2 | free lower: end of the slot array |
 //! | 22 | 2 | free upper: start of the entry bodies |
-//! | 24 | 8 | aux: branch → leftmost child; overflow → value length in bytes |
+//! | 24 | 8 | aux: branch → leftmost child; overflow → value length in bytes; records → table tag |
 //!
 //! `span` is one page, or for an overflow run every page of the run, so one checksum covers
 //! a whole large value.
@@ -59,6 +59,8 @@ pub enum PageKind {
     FixedLeaf = 7,
     /// Fixed-size tree branch: `u64` separators and child page numbers.
     FixedBranch = 8,
+    /// Table records: a start bitmap, then records at 8-byte boundaries.
+    Records = 9,
 }
 
 impl PageKind {
@@ -74,6 +76,7 @@ impl PageKind {
             6 => PageKind::FreeDirectory,
             7 => PageKind::FixedLeaf,
             8 => PageKind::FixedBranch,
+            9 => PageKind::Records,
             _ => return None,
         })
     }

@@ -17,10 +17,12 @@ pub mod multi;
 pub mod read;
 pub mod readers;
 pub mod state;
+pub mod table;
 pub mod write;
 
 pub use fixed::{FixedTree, FixedTreeMut};
 pub use merge::WriteBatch;
 pub use multi::{MultiTree, MultiTreeMut};
 pub use read::{ReadTxn, Tree};
+pub use table::{Table, TableMut};
 pub use write::{TreeMut, WriteTxn, WriterCore};

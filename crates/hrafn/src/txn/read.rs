@@ -78,6 +78,19 @@ impl<'env> ReadTxn<'env> {
         }
     }
 
+    /// Opens the named table, whose stored schema must be `schema`.
+    ///
+    /// # Errors
+    /// [`Error::TreeNotFound`] if it does not exist; [`Error::WrongTreeKind`] if the name
+    /// holds a tree; [`Error::SchemaMismatch`]; corruption.
+    pub fn open_table(
+        &self,
+        name: &str,
+        schema: &crate::table::Schema,
+    ) -> Result<super::table::Table<'_>> {
+        super::table::Table::open(&self.state, name, schema)
+    }
+
     /// Names of all trees, in order.
     ///
     /// # Errors

@@ -129,6 +129,10 @@ impl<'a> PageSource<'a> for &'a State {
         }
         Ok(run)
     }
+
+    fn page_unverified(self, page_number: u64) -> Option<&'a [u8]> {
+        self.page_raw(page_number)
+    }
 }
 
 #[cfg(test)]

@@ -97,6 +97,7 @@ pub struct WriteTxn<'env> {
     pub(crate) meta: Meta,
     meta_at_begin: Meta,
     pub(crate) trees: Vec<OpenTree>,
+    pub(crate) tables: Vec<super::table::OpenTable>,
     pub(crate) freed: Vec<(u64, u64)>,
     pub(crate) free_pages: u64,
     /// The page last changed or allocated: allocation looks for free pages near it.
@@ -152,6 +153,7 @@ impl<'env> WriteTxn<'env> {
             meta_at_begin: meta.clone(),
             meta,
             trees: Vec::new(),
+            tables: Vec::new(),
             freed: Vec::new(),
         })
     }
@@ -205,9 +207,18 @@ impl<'env> WriteTxn<'env> {
         // No handle is live: every nested tree is forgotten, so none refers to a position
         // the removal shifts.
         self.trees.retain(|t| t.parent.is_none());
+        if let Some(i) = self.tables.iter().position(|t| &*t.name == name) {
+            self.write_back_table(i)?;
+            self.tables.remove(i);
+        }
         let Some(index) = self.find_tree(name)? else {
             return Ok(false);
         };
+        if self.trees[index].header.kind == TreeKind::Table {
+            let header = self.trees[index].header;
+            self.unindex_table_globally(name, header)?;
+        }
+        let index = self.find_tree(name)?.expect("found above");
         let tree = self.trees.remove(index);
         tree_write::drop_tree(self, &tree.header)?;
         if self.meta.root_page == 0 {
@@ -255,6 +266,33 @@ impl<'env> WriteTxn<'env> {
             append_hint: None,
         });
         Ok(Some(self.trees.len() - 1))
+    }
+
+    /// The header of the named tree, of any kind, as this transaction sees it.
+    pub(crate) fn find_tree_header(&mut self, name: &str) -> Result<Option<TreeHeader>> {
+        Ok(self.find_tree(name)?.map(|i| self.trees[i].header))
+    }
+
+    /// Sets the header of the named tree (registering it if new), to be stored at commit.
+    pub(crate) fn set_named_header(&mut self, name: &str, header: TreeHeader) -> Result<()> {
+        match self.find_tree(name)? {
+            Some(i) => self.set_tree_header(i, header),
+            None => {
+                self.trees.push(OpenTree {
+                    name: name.into(),
+                    parent: None,
+                    header,
+                    changed: true,
+                    append_hint: None,
+                });
+                Ok(())
+            }
+        }
+    }
+
+    /// [`WriteTxn::tree_index`] for the table code.
+    pub(crate) fn tree_index_pub(&mut self, name: &str, kind: TreeKind) -> Result<usize> {
+        self.tree_index(name, kind)
     }
 
     /// The open tree `name` as `kind`, made if it does not exist.
@@ -418,6 +456,9 @@ impl<'env> WriteTxn<'env> {
     /// page, then seal and diff every dirty page. `None` when nothing changed.
     pub(crate) fn prepare(mut self) -> Result<Option<Prepared<'env>>> {
         self.env.check_poison()?;
+        for i in 0..self.tables.len() {
+            self.write_back_table(i)?;
+        }
         self.write_back_trees()?;
         let freed = std::mem::take(&mut self.freed);
         for (page_number, count) in freed {
@@ -544,12 +585,23 @@ impl<'a> PageSource<'a> for &'a WriteTxn<'_> {
             None => (&*self.base).page(page_number),
         }
     }
+
+    fn page_unverified(self, page_number: u64) -> Option<&'a [u8]> {
+        match self.dirty.get(&page_number) {
+            Some(buf) => Some(&buf.bytes()[..PAGE_SIZE_BYTES]),
+            None => (&*self.base).page_unverified(page_number),
+        }
+    }
 }
 
 impl PageStore for WriteTxn<'_> {
     #[inline]
     fn page(&self, page_number: u64) -> Result<&[u8]> {
         PageSource::page(self, page_number)
+    }
+
+    fn page_unverified(&self, page_number: u64) -> Option<&[u8]> {
+        PageSource::page_unverified(self, page_number)
     }
 
     fn page_mut(&mut self, page_number: u64) -> Result<&mut [u8]> {
@@ -602,6 +654,9 @@ fn create_tree(txn: &mut WriteTxn<'_>, kind: TreeKind) -> Result<TreeHeader> {
             ..tree_write::create(txn)?
         }),
         TreeKind::Fixed { value_size } => crate::fixed::write::create(txn, value_size),
+        TreeKind::Table => Err(Error::InvalidArgument(
+            "a table is made by open_table, with its schema".into(),
+        )),
     }
 }
 
