@@ -169,6 +169,16 @@ pub const SPECS: &[Spec] = &[
         "u64",
         "the same; hrafn: B+tree with 8-byte big-endian keys",
     ),
+    row(
+        "table_insert",
+        "table",
+        "1M records (16-byte name, u64, 100 bytes), 2 indexes, 100 txns; peers: record + 2 index tables by hand",
+    ),
+    row(
+        "table_get_by_id",
+        "table",
+        "reopen, read every record by id in random order; peers: get from the record table",
+    ),
     disk(row(
         "journal_raw_direct_4k",
         "journal_raw",
@@ -311,6 +321,8 @@ pub fn run(spec: &Spec, engine_name: &str, cfg: &Config, dir: &Path) -> Result<B
         "u64_insert_btree" => u64_rows(spec, engine_name, cfg, &db_dir, false, false)?,
         "u64_get_fixed" => u64_rows(spec, engine_name, cfg, &db_dir, true, true)?,
         "u64_get_btree" => u64_rows(spec, engine_name, cfg, &db_dir, false, true)?,
+        "table_insert" => table_rows(spec, engine_name, cfg, &db_dir, false)?,
+        "table_get_by_id" => table_rows(spec, engine_name, cfg, &db_dir, true)?,
         "journal_raw_direct_4k" => journal::run(spec.name, cfg, dir, 4096, true)?,
         "journal_raw_direct_16k" => journal::run(spec.name, cfg, dir, 16384, true)?,
         "journal_raw_fdatasync_4k" => journal::run(spec.name, cfg, dir, 4096, false)?,
@@ -694,6 +706,50 @@ fn u64_rows(
         engine.read(&mut read)?;
     }
     let elapsed = start.elapsed();
+    Ok(BenchResult::measured(
+        spec.name, name, cfg.scale, n, "reads", elapsed,
+    ))
+}
+
+/// The table rows: records of a 16-byte name (a thousand records share each), a unique
+/// sequence number and a 100-byte payload, in random sequence order, in [`U64_TXNS`]
+/// transactions; then (`get`) every record read by its id in random order after a reopen.
+fn table_rows(spec: &Spec, name: &str, cfg: &Config, dir: &Path, get: bool) -> Result<BenchResult> {
+    let n = cfg.entries();
+    let mut rng = StdRng::seed_from_u64(77);
+    let values = Values::new(77);
+    let mut seqs: Vec<u64> = (0..n).collect();
+    seqs.shuffle(&mut rng);
+    let records: Vec<engines::TableRecord> = seqs
+        .iter()
+        .map(|&seq| engines::TableRecord {
+            name: format!("name{:012}", seq % (n / 1000).max(1)).into_bytes(),
+            seq,
+            payload: values.get(seq).to_vec(),
+        })
+        .collect();
+    let mut ids = Vec::with_capacity(records.len());
+    let elapsed = {
+        let engine = engines::open(name, dir, false)?;
+        let start = Instant::now();
+        for chunk in records.chunks((n / U64_TXNS).max(1) as usize) {
+            ids.extend(engine.table_insert(chunk)?);
+        }
+        start.elapsed()
+    };
+    if !get {
+        return Ok(BenchResult::measured(
+            spec.name, name, cfg.scale, n, "records", elapsed,
+        ));
+    }
+    let engine = engines::open(name, dir, false)?;
+    ids.shuffle(&mut rng);
+    let start = Instant::now();
+    let bytes = engine.table_get(&ids)?;
+    let elapsed = start.elapsed();
+    if bytes < n * VALUE_LEN as u64 {
+        bail!("read {bytes} bytes of {n} records");
+    }
     Ok(BenchResult::measured(
         spec.name, name, cfg.scale, n, "reads", elapsed,
     ))

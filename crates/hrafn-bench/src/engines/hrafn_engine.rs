@@ -126,7 +126,41 @@ impl Reader for FixedReader<'_, '_> {
     }
 }
 
+/// The table the table rows use: (name, sequence number, payload), indexed by name
+/// (variable) and by sequence number (fixed, unique).
+fn table_schema() -> hrafn::table::Schema {
+    hrafn::table::Schema::new(3)
+        .index("by-name", &[0])
+        .fixed_index("by-seq", 1)
+}
+
 impl Engine for Hrafn {
+    fn table_insert(&self, records: &[super::TableRecord]) -> Result<Vec<u64>> {
+        let schema = table_schema();
+        let mut wtx = self.env.begin_write()?;
+        let mut ids = Vec::with_capacity(records.len());
+        {
+            let mut table = wtx.open_table(super::TABLE_RECORDS, &schema)?;
+            for record in records {
+                let seq = record.seq.to_be_bytes();
+                ids.push(table.insert(&[&record.name, &seq, &record.payload])?);
+            }
+        }
+        wtx.commit()?;
+        Ok(ids)
+    }
+
+    fn table_get(&self, ids: &[u64]) -> Result<u64> {
+        let rtx = self.env.begin_read()?;
+        let table = rtx.open_table(super::TABLE_RECORDS, &table_schema())?;
+        let mut bytes = 0;
+        for &id in ids {
+            let record = table.get(id)?.context("a record the rows wrote")?;
+            bytes += record.as_bytes().len() as u64;
+        }
+        Ok(bytes)
+    }
+
     fn write_u64(&self, f: &mut dyn FnMut(&mut dyn Writer) -> Result<()>) -> Result<()> {
         let mut wtx = self.env.begin_write()?;
         {

@@ -15,12 +15,16 @@ const MAP_SIZE: usize = 1 << 40;
 pub struct Lmdb {
     env: Env,
     db: Database<Bytes, Bytes>,
+    /// The table rows' record table and index tables.
+    records: Database<Bytes, Bytes>,
+    by_name: Database<Bytes, Bytes>,
+    by_seq: Database<Bytes, Bytes>,
 }
 
 impl Lmdb {
     pub fn open(dir: &Path, durable: bool) -> Result<Self> {
         let mut opts = EnvOpenOptions::new();
-        opts.map_size(MAP_SIZE).max_dbs(4);
+        opts.map_size(MAP_SIZE).max_dbs(8);
         if !durable {
             // SAFETY: MDB_NOSYNC only drops the fsync at commit; a crash may lose the last
             // commits, which is exactly the non-durable mode being measured. Nothing else in
@@ -37,8 +41,17 @@ impl Lmdb {
         let env = unsafe { opts.open(dir) }.context("opening LMDB environment")?;
         let mut wtxn = env.write_txn()?;
         let db = env.create_database(&mut wtxn, Some(TABLE))?;
+        let records = env.create_database(&mut wtxn, Some(super::TABLE_RECORDS))?;
+        let by_name = env.create_database(&mut wtxn, Some(super::TABLE_BY_NAME))?;
+        let by_seq = env.create_database(&mut wtxn, Some(super::TABLE_BY_SEQ))?;
         wtxn.commit()?;
-        Ok(Lmdb { env, db })
+        Ok(Lmdb {
+            env,
+            db,
+            records,
+            by_name,
+            by_seq,
+        })
     }
 }
 
@@ -103,6 +116,31 @@ impl Engine for Lmdb {
 
     fn concurrent_write_path(&self) -> &'static str {
         "one write txn per commit; LMDB's writer lock serializes them"
+    }
+
+    fn table_insert(&self, records: &[super::TableRecord]) -> Result<Vec<u64>> {
+        let mut txn = self.env.write_txn()?;
+        let mut ids = Vec::with_capacity(records.len());
+        for record in records {
+            let id = record.seq.to_be_bytes();
+            self.records.put(&mut txn, &id, &record.encode())?;
+            self.by_name
+                .put(&mut txn, &[&record.name[..], &id].concat(), &[])?;
+            self.by_seq.put(&mut txn, &id, &id)?;
+            ids.push(record.seq);
+        }
+        txn.commit()?;
+        Ok(ids)
+    }
+
+    fn table_get(&self, ids: &[u64]) -> Result<u64> {
+        let txn = self.env.read_txn()?;
+        let mut bytes = 0;
+        for id in ids {
+            let record = self.records.get(&txn, &id.to_be_bytes())?;
+            bytes += record.context("a record the rows wrote")?.len() as u64;
+        }
+        Ok(bytes)
     }
 
     fn read(&self, f: &mut dyn FnMut(&dyn Reader) -> Result<()>) -> Result<()> {

@@ -58,7 +58,43 @@ pub trait Engine: Send + Sync {
     fn read_u64(&self, f: &mut dyn FnMut(&dyn Reader) -> Result<()>) -> Result<()> {
         self.read(f)
     }
+
+    /// Inserts `records` in one transaction into a table with two secondary indexes (name
+    /// → ids, not unique; sequence number → id, unique); returns each record's id. Hrafn
+    /// uses a table; the others keep a record table keyed by id (the sequence number)
+    /// and one table per index, by hand.
+    fn table_insert(&self, records: &[TableRecord]) -> Result<Vec<u64>> {
+        let _ = records;
+        bail!("the table rows are not written for this engine")
+    }
+
+    /// Reads the records `ids` in one read transaction; returns the bytes read.
+    fn table_get(&self, ids: &[u64]) -> Result<u64> {
+        let _ = ids;
+        bail!("the table rows are not written for this engine")
+    }
 }
+
+/// One record of the table rows.
+pub struct TableRecord {
+    /// 16 bytes, about a thousand records share each.
+    pub name: Vec<u8>,
+    /// Unique.
+    pub seq: u64,
+    pub payload: Vec<u8>,
+}
+
+impl TableRecord {
+    /// The record as the peers store it: name, sequence number (big-endian), payload.
+    pub fn encode(&self) -> Vec<u8> {
+        [&self.name[..], &self.seq.to_be_bytes(), &self.payload].concat()
+    }
+}
+
+/// Names of the peers' tables for the table rows.
+pub const TABLE_RECORDS: &str = "bench_records";
+pub const TABLE_BY_NAME: &str = "bench_by_name";
+pub const TABLE_BY_SEQ: &str = "bench_by_seq";
 
 /// Writes inside one transaction.
 pub trait Writer {

@@ -8,6 +8,9 @@ use redb::{Database, Durability, ReadableDatabase, TableDefinition};
 use super::{Engine, Reader, TABLE, Writer};
 
 const DEF: TableDefinition<&[u8], &[u8]> = TableDefinition::new(TABLE);
+const RECORDS: TableDefinition<u64, &[u8]> = TableDefinition::new(super::TABLE_RECORDS);
+const BY_NAME: TableDefinition<(&[u8], u64), ()> = TableDefinition::new(super::TABLE_BY_NAME);
+const BY_SEQ: TableDefinition<u64, u64> = TableDefinition::new(super::TABLE_BY_SEQ);
 
 pub struct Redb {
     db: Database,
@@ -82,6 +85,36 @@ impl Engine for Redb {
 
     fn concurrent_write_path(&self) -> &'static str {
         "one write txn per commit; begin_write blocks until the previous one ends"
+    }
+
+    fn table_insert(&self, records: &[super::TableRecord]) -> Result<Vec<u64>> {
+        let mut txn = self.db.begin_write()?;
+        txn.set_durability(self.durability)?;
+        let mut ids = Vec::with_capacity(records.len());
+        {
+            let mut table = txn.open_table(RECORDS)?;
+            let mut by_name = txn.open_table(BY_NAME)?;
+            let mut by_seq = txn.open_table(BY_SEQ)?;
+            for record in records {
+                table.insert(record.seq, record.encode().as_slice())?;
+                by_name.insert((record.name.as_slice(), record.seq), ())?;
+                by_seq.insert(record.seq, record.seq)?;
+                ids.push(record.seq);
+            }
+        }
+        txn.commit()?;
+        Ok(ids)
+    }
+
+    fn table_get(&self, ids: &[u64]) -> Result<u64> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(RECORDS)?;
+        let mut bytes = 0;
+        for &id in ids {
+            let record = table.get(id)?.context("a record the rows wrote")?;
+            bytes += record.value().len() as u64;
+        }
+        Ok(bytes)
     }
 
     fn read(&self, f: &mut dyn FnMut(&dyn Reader) -> Result<()>) -> Result<()> {
