@@ -56,8 +56,8 @@ pub use check::CheckReport;
 pub use env::{DATA_FILE, Durability, Environment, Options, Stats};
 pub use error::{CorruptionSite, Error, Result};
 pub use txn::{
-    FixedTree, FixedTreeMut, MultiTree, MultiTreeMut, ReadTxn, Table, TableMut, Tree, TreeMut,
-    WriteBatch, WriteTxn,
+    FixedTree, FixedTreeMut, KeyCursor, MultiTree, MultiTreeMut, ReadTxn, Table, TableMut, Tree,
+    TreeHandle, TreeMut, WriteBatch, WriteTxn,
 };
 
 /// The README's example, compiled and run as a doctest.

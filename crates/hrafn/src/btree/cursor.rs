@@ -393,3 +393,151 @@ impl<'a, S: PageSource<'a>> DoubleEndedIterator for Range<'a, S> {
         }
     }
 }
+
+/// Where a [`TreeCursor`] is.
+enum Place<'a> {
+    /// Not positioned yet: `next` starts at the first entry, `prev` at the last.
+    Unpositioned,
+    At(Box<Cursor<'a>>),
+    /// Stepped past the last entry: `prev` returns to it, `next` stays.
+    PastEnd,
+    /// Stepped before the first entry: `next` returns to it, `prev` stays.
+    BeforeStart,
+}
+
+/// A cursor over a tree: positioned by [`TreeCursor::first`], [`TreeCursor::last`] or
+/// [`TreeCursor::seek`], stepped both ways. Entries borrow from the transaction. Stepping
+/// moves within a leaf and climbs the kept path at leaf ends, as a [`Range`] does.
+pub struct TreeCursor<'a, S: PageSource<'a>> {
+    src: S,
+    root: u64,
+    place: Place<'a>,
+}
+
+/// An entry a cursor is on: key and value.
+pub type Entry<'a> = (&'a [u8], &'a [u8]);
+
+impl<'a, S: PageSource<'a>> TreeCursor<'a, S> {
+    /// An unpositioned cursor over the tree rooted at `root`.
+    pub fn new(src: S, root: u64) -> TreeCursor<'a, S> {
+        TreeCursor {
+            src,
+            root,
+            place: Place::Unpositioned,
+        }
+    }
+
+    fn settle(&mut self, cursor: Option<Cursor<'a>>, off: Place<'a>) -> Result<Option<Entry<'a>>> {
+        match cursor {
+            Some(c) => {
+                let entry = c.entry(self.src)?;
+                self.place = Place::At(Box::new(c));
+                Ok(Some(entry))
+            }
+            None => {
+                self.place = off;
+                Ok(None)
+            }
+        }
+    }
+
+    /// Moves to the first entry.
+    ///
+    /// # Errors
+    /// Corruption.
+    pub fn first(&mut self) -> Result<Option<Entry<'a>>> {
+        let c = Cursor::edge(self.src, self.root, Side::First)?;
+        self.settle(c, Place::PastEnd)
+    }
+
+    /// Moves to the last entry.
+    ///
+    /// # Errors
+    /// Corruption.
+    pub fn last(&mut self) -> Result<Option<Entry<'a>>> {
+        let c = Cursor::edge(self.src, self.root, Side::Last)?;
+        self.settle(c, Place::BeforeStart)
+    }
+
+    /// Moves to the first entry whose key is `>= key`.
+    ///
+    /// # Errors
+    /// Corruption.
+    pub fn seek(&mut self, key: &[u8]) -> Result<Option<Entry<'a>>> {
+        let c = Cursor::seek(self.src, self.root, key, true, Side::First)?;
+        self.settle(c, Place::PastEnd)
+    }
+
+    /// Moves to the last entry whose key is `<= key`.
+    ///
+    /// # Errors
+    /// Corruption.
+    pub fn seek_back(&mut self, key: &[u8]) -> Result<Option<Entry<'a>>> {
+        let c = Cursor::seek(self.src, self.root, key, true, Side::Last)?;
+        self.settle(c, Place::BeforeStart)
+    }
+
+    /// The entry the cursor is on.
+    ///
+    /// # Errors
+    /// Corruption.
+    pub fn current(&self) -> Result<Option<Entry<'a>>> {
+        match &self.place {
+            Place::At(c) => c.entry(self.src).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    /// Moves to the next entry (the first, if unpositioned or before the start).
+    ///
+    /// # Errors
+    /// Corruption.
+    // A cursor step, not an iterator: it moves a position that `prev`, `seek` and
+    // `delete` share, and its entries borrow the cursor.
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> Result<Option<Entry<'a>>> {
+        match std::mem::replace(&mut self.place, Place::Unpositioned) {
+            Place::Unpositioned | Place::BeforeStart => self.first(),
+            Place::PastEnd => {
+                self.place = Place::PastEnd;
+                Ok(None)
+            }
+            Place::At(mut c) => {
+                c.index += 1;
+                if c.settle_forward_in_place(self.src)? {
+                    let entry = c.entry(self.src)?;
+                    self.place = Place::At(c);
+                    Ok(Some(entry))
+                } else {
+                    self.place = Place::PastEnd;
+                    Ok(None)
+                }
+            }
+        }
+    }
+
+    /// Moves to the previous entry (the last, if unpositioned or past the end).
+    ///
+    /// # Errors
+    /// Corruption.
+    pub fn prev(&mut self) -> Result<Option<Entry<'a>>> {
+        match std::mem::replace(&mut self.place, Place::Unpositioned) {
+            Place::Unpositioned | Place::PastEnd => self.last(),
+            Place::BeforeStart => {
+                self.place = Place::BeforeStart;
+                Ok(None)
+            }
+            Place::At(mut c) => {
+                c.index = c.index.wrapping_sub(1);
+                if c.settle_backward_in_place(self.src)? {
+                    let entry = c.entry(self.src)?;
+                    self.place = Place::At(c);
+                    Ok(Some(entry))
+                } else {
+                    self.place = Place::BeforeStart;
+                    Ok(None)
+                }
+            }
+        }
+    }
+}

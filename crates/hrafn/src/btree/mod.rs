@@ -11,7 +11,7 @@ pub mod cursor;
 pub mod node;
 pub mod write;
 
-pub use cursor::Range;
+pub use cursor::{Range, TreeCursor};
 
 use crate::error::Result;
 use crate::limits::{PAGE_HEADER_SIZE_BYTES, PAGE_SIZE_BYTES};

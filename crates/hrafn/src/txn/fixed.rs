@@ -35,6 +35,7 @@ fn value_size(header: &TreeHeader) -> usize {
 /// assert_eq!(newest, [999 * 15, 998 * 15]);
 /// # Ok::<(), hrafn::Error>(())
 /// ```
+#[derive(Clone, Copy)]
 pub struct FixedTree<'t> {
     src: &'t State,
     header: TreeHeader,
@@ -55,6 +56,11 @@ impl<'t> FixedTree<'t> {
     /// The size of every value.
     pub fn value_size(&self) -> usize {
         value_size(&self.header)
+    }
+
+    /// A cursor over this tree.
+    pub fn cursor(&self) -> super::cursor::KeyCursor<FixedTree<'t>> {
+        super::cursor::KeyCursor::new(*self)
     }
 
     /// The value of `key`.
@@ -219,5 +225,43 @@ impl<'t, 'env> FixedTreeMut<'t, 'env> {
     /// Whether it has no entries.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// A cursor over this tree that can delete where it stands.
+    pub fn cursor(&mut self) -> super::cursor::KeyCursor<&mut Self> {
+        super::cursor::KeyCursor::new(self)
+    }
+
+    /// Removes every entry with a key in `range`. Returns how many were removed.
+    ///
+    /// # Errors
+    /// Scratch full; corruption.
+    pub fn delete_range(&mut self, range: impl RangeBounds<u64>) -> Result<u64> {
+        let bounds = (range.start_bound().cloned(), range.end_bound().cloned());
+        let mut removed = 0;
+        while let Some(key) = self.range(bounds)?.next().transpose()?.map(|(k, _)| k) {
+            self.remove(key)?;
+            removed += 1;
+        }
+        Ok(removed)
+    }
+
+    /// Keeps only the entries for which `keep(key, value)` is true. Returns how many were
+    /// removed.
+    ///
+    /// # Errors
+    /// Scratch full; corruption.
+    pub fn retain(&mut self, mut keep: impl FnMut(u64, &[u8]) -> bool) -> Result<u64> {
+        let mut removed = 0;
+        let mut cursor = self.cursor();
+        let mut entry = cursor.first()?.map(|(k, v)| keep(k, v));
+        while let Some(kept) = entry {
+            if !kept {
+                cursor.delete()?;
+                removed += 1;
+            }
+            entry = cursor.next()?.map(|(k, v)| keep(k, v));
+        }
+        Ok(removed)
     }
 }

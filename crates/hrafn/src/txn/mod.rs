@@ -9,6 +9,7 @@
 
 mod alloc;
 mod commit;
+pub mod cursor;
 pub mod fixed;
 pub mod merge;
 #[cfg(all(test, hrafn_loom))]
@@ -20,9 +21,10 @@ pub mod state;
 pub mod table;
 pub mod write;
 
+pub use cursor::KeyCursor;
 pub use fixed::{FixedTree, FixedTreeMut};
 pub use merge::WriteBatch;
 pub use multi::{MultiTree, MultiTreeMut};
-pub use read::{ReadTxn, Tree};
+pub use read::{ReadTxn, Tree, TreeHandle};
 pub use table::{Table, TableMut};
 pub use write::{TreeMut, WriteTxn, WriterCore};

@@ -91,6 +91,47 @@ impl<'env> ReadTxn<'env> {
         super::table::Table::open(&self.state, name, schema)
     }
 
+    /// A handle on the named tree (of any kind) that does not borrow this transaction: keep
+    /// it in a struct next to the transaction and bind it for each use with
+    /// [`TreeHandle::tree`] and its siblings.
+    ///
+    /// ```
+    /// use hrafn::{ReadTxn, TreeHandle};
+    /// /// A reader a program keeps around: the transaction and its trees, no borrow between.
+    /// struct Lookup<'env> {
+    ///     txn: ReadTxn<'env>,
+    ///     users: TreeHandle,
+    /// }
+    /// impl Lookup<'_> {
+    ///     fn name_of(&self, id: &[u8]) -> hrafn::Result<Option<Vec<u8>>> {
+    ///         Ok(self.users.tree(&self.txn)?.get(id)?.map(<[u8]>::to_vec))
+    ///     }
+    /// }
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let env = hrafn::Environment::open(dir.path(), hrafn::Options::default())?;
+    /// let mut wtx = env.begin_write()?;
+    /// wtx.open_tree("users")?.insert(b"1", b"ada")?;
+    /// wtx.commit()?;
+    /// let txn = env.begin_read()?;
+    /// let users = txn.tree_handle("users")?;
+    /// let lookup = Lookup { txn, users };
+    /// assert_eq!(lookup.name_of(b"1")?, Some(b"ada".to_vec()));
+    /// # Ok::<(), hrafn::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::TreeNotFound`]; corruption.
+    pub fn tree_handle(&self, name: &str) -> Result<TreeHandle> {
+        let header = lookup_tree(&*self.state, name)?.ok_or_else(|| Error::TreeNotFound {
+            name: name.to_owned(),
+        })?;
+        Ok(TreeHandle {
+            name: name.into(),
+            state: Arc::downgrade(&self.state),
+            header,
+        })
+    }
+
     /// Names of all trees, in order.
     ///
     /// # Errors
@@ -111,6 +152,66 @@ impl<'env> ReadTxn<'env> {
 impl Drop for ReadTxn<'_> {
     fn drop(&mut self) {
         self.env.readers.release(self.slot);
+    }
+}
+
+/// A named tree, not borrowing any transaction (see [`ReadTxn::tree_handle`]). Binding it
+/// to the transaction it came from, or to any that sees the same commit, costs nothing; to
+/// another, one lookup by name.
+#[derive(Clone, Debug)]
+pub struct TreeHandle {
+    name: Arc<str>,
+    /// The snapshot the header belongs to. A weak reference keeps its allocation (not its
+    /// pages), so no other snapshot can later have the same address.
+    state: std::sync::Weak<State>,
+    header: TreeHeader,
+}
+
+impl TreeHandle {
+    fn header_in(&self, txn: &ReadTxn<'_>) -> Result<TreeHeader> {
+        if std::ptr::eq(self.state.as_ptr(), Arc::as_ptr(&txn.state)) {
+            return Ok(self.header);
+        }
+        lookup_tree(&*txn.state, &self.name)?.ok_or_else(|| Error::TreeNotFound {
+            name: self.name.to_string(),
+        })
+    }
+
+    /// The tree's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The B+tree as `txn` sees it.
+    ///
+    /// # Errors
+    /// [`Error::TreeNotFound`] if `txn` does not have it; [`Error::WrongTreeKind`];
+    /// corruption.
+    pub fn tree<'t>(&self, txn: &'t ReadTxn<'_>) -> Result<Tree<'t>> {
+        let header = self.header_in(txn)?;
+        header.expect_kind(&self.name, TreeKind::BTree)?;
+        Ok(Tree {
+            src: &txn.state,
+            header,
+        })
+    }
+
+    /// The fixed-size tree as `txn` sees it.
+    ///
+    /// # Errors
+    /// As [`TreeHandle::tree`].
+    pub fn fixed_tree<'t>(&self, txn: &'t ReadTxn<'_>) -> Result<super::fixed::FixedTree<'t>> {
+        let header = self.header_in(txn)?;
+        super::fixed::FixedTree::new(&txn.state, &self.name, header)
+    }
+
+    /// The multi-value tree as `txn` sees it.
+    ///
+    /// # Errors
+    /// As [`TreeHandle::tree`].
+    pub fn multi_tree<'t>(&self, txn: &'t ReadTxn<'_>) -> Result<super::multi::MultiTree<'t>> {
+        let header = self.header_in(txn)?;
+        super::multi::MultiTree::new(&txn.state, &self.name, header)
     }
 }
 
@@ -218,6 +319,11 @@ impl<'t> Tree<'t> {
             src: self.src,
             header,
         })
+    }
+
+    /// A cursor over this tree: seek, first, last, next, prev, stepping within leaves.
+    pub fn cursor(&self) -> btree::cursor::TreeCursor<'t, &'t State> {
+        btree::cursor::TreeCursor::new(self.src, self.header.root_page)
     }
 
     /// Opens the fixed-size tree nested under `key`.

@@ -837,6 +837,54 @@ impl<'env> TreeMut<'_, 'env> {
     pub fn is_empty(&self) -> bool {
         self.header().entry_count == 0
     }
+
+    /// A cursor over this tree that can delete where it stands (see
+    /// [`super::cursor::KeyCursor`]).
+    pub fn cursor(&mut self) -> super::cursor::KeyCursor<&mut Self> {
+        super::cursor::KeyCursor::new(self)
+    }
+
+    /// Removes every entry with a key in `range` (a nested tree with all it holds).
+    /// Returns how many were removed.
+    ///
+    /// # Errors
+    /// Scratch full; corruption.
+    pub fn delete_range<K: AsRef<[u8]>, R: RangeBounds<K>>(&mut self, range: R) -> Result<u64> {
+        let (start, end) = bounds(&range);
+        let (start, end) = (start.map(<[u8]>::to_vec), end.map(<[u8]>::to_vec));
+        let mut removed = 0;
+        loop {
+            let first = self
+                .range::<Vec<u8>, _>((start.clone(), end.clone()))?
+                .next()
+                .transpose()?
+                .map(|(k, _)| k.to_vec());
+            let Some(key) = first else {
+                return Ok(removed);
+            };
+            self.remove(&key)?;
+            removed += 1;
+        }
+    }
+
+    /// Keeps only the entries for which `keep(key, value)` is true. Returns how many were
+    /// removed.
+    ///
+    /// # Errors
+    /// Scratch full; corruption.
+    pub fn retain(&mut self, mut keep: impl FnMut(&[u8], &[u8]) -> bool) -> Result<u64> {
+        let mut removed = 0;
+        let mut cursor = self.cursor();
+        let mut entry = cursor.first()?.map(|(k, v)| keep(k, v));
+        while let Some(kept) = entry {
+            if !kept {
+                cursor.delete()?;
+                removed += 1;
+            }
+            entry = cursor.next()?.map(|(k, v)| keep(k, v));
+        }
+        Ok(removed)
+    }
 }
 
 /// The kind of a fixed-size tree of `value_size`-byte values, if that size is allowed.

@@ -1,0 +1,324 @@
+//! Cursors against an in-memory model: random walks of seek, first, last, next, prev and
+//! current over B+trees and fixed-size trees (read cursors and write cursors), deletes at
+//! the cursor, `delete_range` and `retain`, and tree handles kept next to a transaction.
+
+mod common;
+
+use common::mix;
+use hrafn::{Environment, Error, Options};
+use std::collections::BTreeMap;
+use std::ops::Bound;
+
+type Model = BTreeMap<Vec<u8>, Vec<u8>>;
+
+fn key(k: u64) -> Vec<u8> {
+    format!("{k:05}").into_bytes()
+}
+
+/// Where the model's cursor is.
+#[derive(Clone, Debug, PartialEq)]
+enum At {
+    Unpositioned,
+    Key(Vec<u8>),
+    Deleted(Vec<u8>),
+    PastEnd,
+    BeforeStart,
+}
+
+fn model_step(model: &Model, at: &At, forward: bool) -> Option<Vec<u8>> {
+    use Bound::{Excluded, Unbounded};
+    match (at, forward) {
+        (At::Unpositioned | At::BeforeStart, true) => model.keys().next().cloned(),
+        (At::Unpositioned | At::PastEnd, false) => model.keys().next_back().cloned(),
+        (At::PastEnd, true) | (At::BeforeStart, false) => None,
+        (At::Key(k) | At::Deleted(k), true) => model
+            .range::<Vec<u8>, _>((Excluded(k), Unbounded))
+            .next()
+            .map(|(k, _)| k.clone()),
+        (At::Key(k) | At::Deleted(k), false) => model
+            .range::<Vec<u8>, _>((Unbounded, Excluded(k)))
+            .next_back()
+            .map(|(k, _)| k.clone()),
+    }
+}
+
+fn land(found: Option<Vec<u8>>, off: At) -> At {
+    found.map_or(off, At::Key)
+}
+
+#[test]
+fn btree_cursors_walk_like_the_model() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = Environment::open(dir.path(), Options::default()).expect("open");
+    let mut model = Model::new();
+    let mut r = 0xC0_u64;
+    let mut next = move || {
+        r = mix(r);
+        r
+    };
+    let mut cases = 0;
+    for round in 0..6u64 {
+        // Fill: sparse keys, values big enough that the tree has several levels.
+        let mut wtx = env.begin_write().expect("write");
+        {
+            let mut t = wtx.open_tree("t").expect("open");
+            for _ in 0..2_000 {
+                let k = key(next() % 20_000);
+                let v = vec![round as u8; 100];
+                t.insert(&k, &v).expect("insert");
+                model.insert(k, v);
+            }
+            // A write cursor: a random walk that deletes as it goes.
+            let mut cursor = t.cursor();
+            let mut at = At::Unpositioned;
+            for _ in 0..2_000 {
+                cases += 1;
+                let (got, want) = match next() % 7 {
+                    0 => {
+                        let k = key(next() % 20_000);
+                        let got = cursor.seek(k.clone()).expect("seek").map(|e| e.0.to_vec());
+                        let want = model.range(k..).next().map(|(k, _)| k.clone());
+                        at = land(want.clone(), At::PastEnd);
+                        (got, want)
+                    }
+                    1 | 2 => {
+                        let got = cursor.next().expect("next").map(|e| e.0.to_vec());
+                        let want = model_step(&model, &at, true);
+                        if !(matches!(at, At::PastEnd)) {
+                            at = land(want.clone(), At::PastEnd);
+                        }
+                        (got, want)
+                    }
+                    3 | 4 => {
+                        let got = cursor.prev().expect("prev").map(|e| e.0.to_vec());
+                        let want = model_step(&model, &at, false);
+                        if !(matches!(at, At::BeforeStart)) {
+                            at = land(want.clone(), At::BeforeStart);
+                        }
+                        (got, want)
+                    }
+                    5 => {
+                        let deleted = cursor.delete().expect("delete");
+                        let want = match &at {
+                            At::Key(k) => {
+                                model.remove(k);
+                                at = At::Deleted(k.clone());
+                                true
+                            }
+                            _ => false,
+                        };
+                        assert_eq!(deleted, want);
+                        (None, None)
+                    }
+                    _ => {
+                        let got = cursor.current().expect("current").map(|e| e.0.to_vec());
+                        let want = match &at {
+                            At::Key(k) => Some(k.clone()),
+                            _ => None,
+                        };
+                        (got, want)
+                    }
+                };
+                assert_eq!(got, want, "write cursor at {at:?}");
+            }
+            assert_eq!(t.len(), model.len() as u64);
+        }
+        wtx.commit().expect("commit");
+
+        // A read cursor over the committed tree.
+        let rtx = env.begin_read().expect("read");
+        let t = rtx.open_tree("t").expect("open");
+        let mut cursor = t.cursor();
+        let mut at = At::Unpositioned;
+        for _ in 0..2_000 {
+            cases += 1;
+            let (got, want) = match next() % 8 {
+                0 => {
+                    let k = key(next() % 20_000);
+                    let got = cursor.seek(&k).expect("seek").map(|e| e.0.to_vec());
+                    let want = model.range(k..).next().map(|(k, _)| k.clone());
+                    at = land(want.clone(), At::PastEnd);
+                    (got, want)
+                }
+                1 => {
+                    let k = key(next() % 20_000);
+                    let got = cursor
+                        .seek_back(&k)
+                        .expect("seek_back")
+                        .map(|e| e.0.to_vec());
+                    let want = model.range(..=k).next_back().map(|(k, _)| k.clone());
+                    at = land(want.clone(), At::BeforeStart);
+                    (got, want)
+                }
+                2 => {
+                    let got = cursor.first().expect("first").map(|e| e.0.to_vec());
+                    let want = model.keys().next().cloned();
+                    at = land(want.clone(), At::PastEnd);
+                    (got, want)
+                }
+                3 => {
+                    let got = cursor.last().expect("last").map(|e| e.0.to_vec());
+                    let want = model.keys().next_back().cloned();
+                    at = land(want.clone(), At::BeforeStart);
+                    (got, want)
+                }
+                4 | 5 => {
+                    let got = cursor.next().expect("next").map(|e| e.0.to_vec());
+                    let want = model_step(&model, &at, true);
+                    if !(matches!(at, At::PastEnd)) {
+                        at = land(want.clone(), At::PastEnd);
+                    }
+                    (got, want)
+                }
+                6 => {
+                    let got = cursor.prev().expect("prev").map(|e| e.0.to_vec());
+                    let want = model_step(&model, &at, false);
+                    if !(matches!(at, At::BeforeStart)) {
+                        at = land(want.clone(), At::BeforeStart);
+                    }
+                    (got, want)
+                }
+                _ => {
+                    let got = cursor.current().expect("current").map(|e| e.0.to_vec());
+                    let want = match &at {
+                        At::Key(k) => Some(k.clone()),
+                        _ => None,
+                    };
+                    (got, want)
+                }
+            };
+            assert_eq!(got, want, "read cursor at {at:?}");
+            if let Some(k) = &got {
+                assert_eq!(
+                    cursor.current().expect("current").map(|e| e.1),
+                    model.get(k).map(Vec::as_slice)
+                );
+            }
+        }
+    }
+    assert!(cases >= 10_000, "{cases} cases");
+    env.check().expect("check");
+}
+
+#[test]
+fn delete_range_and_retain_match_the_model() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = Environment::open(dir.path(), Options::default()).expect("open");
+    let mut model = Model::new();
+    let mut fixed_model = BTreeMap::new();
+    let mut wtx = env.begin_write().expect("write");
+    {
+        let mut t = wtx.open_tree("t").expect("open");
+        for k in 0..5_000u64 {
+            t.insert(key(k), k.to_le_bytes()).expect("insert");
+            model.insert(key(k), k.to_le_bytes().to_vec());
+        }
+        assert_eq!(
+            t.delete_range(key(1_000)..key(2_000))
+                .expect("delete_range"),
+            1_000
+        );
+        model.retain(|k, _| !(key(1_000)..key(2_000)).contains(k));
+        assert_eq!(t.delete_range(key(4_990)..).expect("delete_range"), 10);
+        model.retain(|k, _| *k < key(4_990));
+        let removed = t
+            .retain(|k, _| k.last().is_some_and(|b| b % 3 != 0))
+            .expect("retain");
+        let before = model.len();
+        model.retain(|k, _| k.last().is_some_and(|b| b % 3 != 0));
+        assert_eq!(removed, (before - model.len()) as u64);
+        assert_eq!(t.len(), model.len() as u64);
+    }
+    {
+        let mut f = wtx.open_fixed_tree("f", 8).expect("open");
+        for k in 0..5_000u64 {
+            f.insert(k * 3, &k.to_le_bytes()).expect("insert");
+            fixed_model.insert(k * 3, k);
+        }
+        assert_eq!(f.delete_range(300..=600).expect("delete_range"), 101);
+        fixed_model.retain(|k, _| !(300..=600).contains(k));
+        let removed = f.retain(|k, _| k % 2 == 0).expect("retain");
+        let before = fixed_model.len();
+        fixed_model.retain(|k, _| k % 2 == 0);
+        assert_eq!(removed, (before - fixed_model.len()) as u64);
+        // A fixed-size write cursor deletes too.
+        let mut cursor = f.cursor();
+        let first = cursor.seek(1_000u64).expect("seek").map(|e| e.0);
+        let want = fixed_model.range(1_000..).next().map(|(k, _)| *k);
+        assert_eq!(first, want);
+        assert!(cursor.delete().expect("delete"));
+        fixed_model.remove(&want.expect("an entry"));
+        let after = cursor.next().expect("next").map(|e| e.0);
+        assert_eq!(after, fixed_model.range(1_000..).next().map(|(k, _)| *k));
+        assert_eq!(f.len(), fixed_model.len() as u64);
+    }
+    wtx.commit().expect("commit");
+    let rtx = env.begin_read().expect("read");
+    let t = rtx.open_tree("t").expect("open");
+    let all: Model = t
+        .iter()
+        .expect("iter")
+        .map(|e| e.map(|(k, v)| (k.to_vec(), v.to_vec())).expect("entry"))
+        .collect();
+    assert_eq!(all, model);
+    let f = rtx.open_fixed_tree("f").expect("open");
+    let mut cursor = f.cursor();
+    let mut keys = Vec::new();
+    let mut entry = cursor.last().expect("last").map(|e| e.0);
+    while let Some(k) = entry {
+        keys.push(k);
+        entry = cursor.prev().expect("prev").map(|e| e.0);
+    }
+    assert_eq!(keys, fixed_model.keys().rev().copied().collect::<Vec<_>>());
+    drop(rtx);
+    env.check().expect("check");
+}
+
+#[test]
+fn tree_handles_bind_to_any_transaction() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = Environment::open(dir.path(), Options::default()).expect("open");
+    let mut wtx = env.begin_write().expect("write");
+    wtx.open_tree("t")
+        .expect("open")
+        .insert(b"k", b"1")
+        .expect("insert");
+    wtx.open_fixed_tree("f", 8)
+        .expect("open")
+        .insert(7, &[1; 8])
+        .expect("insert");
+    wtx.commit().expect("commit");
+    let old = env.begin_read().expect("read");
+    let handle = old.tree_handle("t").expect("handle");
+    let fixed = old.tree_handle("f").expect("handle");
+    let mut wtx = env.begin_write().expect("write");
+    wtx.open_tree("t")
+        .expect("open")
+        .insert(b"k", b"2")
+        .expect("insert");
+    wtx.commit().expect("commit");
+    let new = env.begin_read().expect("read");
+    // The handle reads each transaction's own snapshot.
+    assert_eq!(
+        handle.tree(&old).expect("bind").get(b"k").expect("get"),
+        Some(&b"1"[..])
+    );
+    assert_eq!(
+        handle.tree(&new).expect("bind").get(b"k").expect("get"),
+        Some(&b"2"[..])
+    );
+    assert_eq!(fixed.fixed_tree(&new).expect("bind").len(), 1);
+    assert!(matches!(fixed.tree(&new), Err(Error::WrongTreeKind { .. })));
+    assert!(matches!(
+        old.tree_handle("none"),
+        Err(Error::TreeNotFound { .. })
+    ));
+    // A handle from another environment binds by name, never by its snapshot.
+    let other_dir = tempfile::tempdir().expect("tempdir");
+    let other = Environment::open(other_dir.path(), Options::default()).expect("open");
+    let other_txn = other.begin_read().expect("read");
+    assert!(matches!(
+        handle.tree(&other_txn),
+        Err(Error::TreeNotFound { .. })
+    ));
+}
