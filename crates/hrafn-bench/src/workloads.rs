@@ -170,6 +170,16 @@ pub const SPECS: &[Spec] = &[
         "the same; hrafn: B+tree with 8-byte big-endian keys",
     ),
     row(
+        "u64_append_fixed",
+        "u64",
+        "1M increasing u64 keys -> 16-byte values, 100 txns (time series); hrafn: fixed-size tree",
+    ),
+    row(
+        "u64_append_btree",
+        "u64",
+        "the same; hrafn: B+tree with 8-byte big-endian keys",
+    ),
+    row(
         "table_insert",
         "table",
         "1M records (16-byte name, u64, 100 bytes), 2 indexes, 100 txns; peers: record + 2 index tables by hand",
@@ -317,10 +327,12 @@ pub fn run(spec: &Spec, engine_name: &str, cfg: &Config, dir: &Path) -> Result<B
         "concurrent_writers" => concurrent_writers(spec, engine_name, cfg, &db_dir)?,
         "range_scan_full" => range_scan_full(spec, engine_name, cfg, &db_dir)?,
         "range_scan_rnd100" => range_scan_rnd100(spec, engine_name, cfg, &db_dir)?,
-        "u64_insert_fixed" => u64_rows(spec, engine_name, cfg, &db_dir, true, false)?,
-        "u64_insert_btree" => u64_rows(spec, engine_name, cfg, &db_dir, false, false)?,
-        "u64_get_fixed" => u64_rows(spec, engine_name, cfg, &db_dir, true, true)?,
-        "u64_get_btree" => u64_rows(spec, engine_name, cfg, &db_dir, false, true)?,
+        "u64_insert_fixed" => u64_rows(spec, engine_name, cfg, &db_dir, U64::Insert, true)?,
+        "u64_insert_btree" => u64_rows(spec, engine_name, cfg, &db_dir, U64::Insert, false)?,
+        "u64_get_fixed" => u64_rows(spec, engine_name, cfg, &db_dir, U64::Get, true)?,
+        "u64_get_btree" => u64_rows(spec, engine_name, cfg, &db_dir, U64::Get, false)?,
+        "u64_append_fixed" => u64_rows(spec, engine_name, cfg, &db_dir, U64::Append, true)?,
+        "u64_append_btree" => u64_rows(spec, engine_name, cfg, &db_dir, U64::Append, false)?,
         "table_insert" => table_rows(spec, engine_name, cfg, &db_dir, false)?,
         "table_get_by_id" => table_rows(spec, engine_name, cfg, &db_dir, true)?,
         "journal_raw_direct_4k" => journal::run(spec.name, cfg, dir, 4096, true)?,
@@ -646,21 +658,37 @@ fn range_scan_rnd100(spec: &Spec, name: &str, cfg: &Config, dir: &Path) -> Resul
 const U64_VALUE_LEN: usize = 16;
 const U64_TXNS: u64 = 100;
 
-/// The u64 rows: random `u64` keys with 16-byte values inserted in [`U64_TXNS`]
-/// non-durable transactions (timed for the insert rows), then, for the get rows, reopened
-/// and every key read in another random order. `fixed` picks Hrafn's fixed-size tree
+/// What a u64 row measures.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum U64 {
+    /// Random keys inserted.
+    Insert,
+    /// Random keys inserted, then read back after a reopen (the reads are timed).
+    Get,
+    /// Increasing keys inserted.
+    Append,
+}
+
+/// The u64 rows: random (or, to append, increasing) `u64` keys with 16-byte values
+/// inserted in [`U64_TXNS`] non-durable transactions (timed for the insert rows), then, for
+/// the get rows, reopened and every key read in another random order. `fixed` picks Hrafn's fixed-size tree
 /// ([`Engine::write_u64`]) over its B+tree; the other engines run the same either way.
 fn u64_rows(
     spec: &Spec,
     name: &str,
     cfg: &Config,
     dir: &Path,
+    what: U64,
     fixed: bool,
-    get: bool,
 ) -> Result<BenchResult> {
     let n = cfg.entries();
     let mut rng = StdRng::seed_from_u64(64);
-    let keys: Vec<u64> = (0..n).map(|_| rng.next_u64()).collect();
+    let keys: Vec<u64> = if what == U64::Append {
+        (0..n).map(|i| 1_700_000_000_000 + i * 15_000).collect()
+    } else {
+        (0..n).map(|_| rng.next_u64()).collect()
+    };
+    let get = what == U64::Get;
     let values = Values::new(64);
     let write = |engine: &dyn Engine, f: &mut dyn FnMut(&mut dyn Writer) -> Result<()>| {
         if fixed {

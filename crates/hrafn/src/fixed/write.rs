@@ -63,6 +63,13 @@ fn descend<S: PageStore>(
     ))
 }
 
+/// Where increasing keys go without a descent: the tree's rightmost leaf, after an insert
+/// at its end. Any key above that leaf's last key belongs there. Dropped by any other
+/// change.
+pub struct AppendHint {
+    leaf: u64,
+}
+
 /// Inserts or replaces `key`; returns true if it replaced a value. `value` must be the
 /// tree's value size (the caller checks).
 ///
@@ -74,8 +81,34 @@ pub fn insert<S: PageStore>(
     key: u64,
     value: &[u8],
 ) -> Result<bool> {
+    insert_hinted(store, tree, key, value, &mut None)
+}
+
+/// [`insert`], appending without a descent while keys increase (time series): `hint` is
+/// used when the key lands past the end of the leaf it names, and left for the next
+/// insert when this one ended the rightmost leaf.
+///
+/// # Errors
+/// As [`insert`].
+pub fn insert_hinted<S: PageStore>(
+    store: &mut S,
+    tree: &mut TreeHeader,
+    key: u64,
+    value: &[u8],
+    hint: &mut Option<AppendHint>,
+) -> Result<bool> {
     let value_size = value_size_of(tree);
     debug_assert_eq!(value.len(), value_size);
+    if let Some(h) = hint.take() {
+        let page = store.page(h.leaf)?;
+        let n = count(page);
+        if n > 0 && n < leaf_capacity(value_size) && key > leaf_key(page, n - 1, value_size) {
+            put_entry(store.page_mut(h.leaf)?, n, n, key, value);
+            tree.entry_count += 1;
+            *hint = Some(h);
+            return Ok(false);
+        }
+    }
     let (path, leaf) = descend(store, tree, key)?;
     let page = store.page(leaf)?;
     let n = count(page);
@@ -87,6 +120,9 @@ pub fn insert<S: PageStore>(
         }
         Err(i) if n < leaf_capacity(value_size) => {
             put_entry(store.page_mut(leaf)?, n, i, key, value);
+            if i == n && is_rightmost(store, &path)? {
+                *hint = Some(AppendHint { leaf });
+            }
         }
         Err(i) => {
             // Full: split. An insert past the last key keeps the left leaf full (sequential
@@ -115,6 +151,16 @@ pub fn insert<S: PageStore>(
     }
     tree.entry_count += 1;
     Ok(false)
+}
+
+/// Whether `path` took the last child at every branch.
+fn is_rightmost<S: PageStore>(store: &S, path: &[(u64, usize)]) -> Result<bool> {
+    for &(branch, c) in path {
+        if c != count(store.page(branch)?) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// Puts `(key, value)` at entry `i` of a leaf of `n` entries that has room.

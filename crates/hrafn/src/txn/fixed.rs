@@ -153,7 +153,9 @@ impl<'t, 'env> FixedTreeMut<'t, 'env> {
             )));
         }
         let mut header = self.header();
-        let replaced = fixed::write::insert(self.txn, &mut header, key, value)?;
+        let mut hint = self.txn.trees[self.index].fixed_append_hint.take();
+        let replaced = fixed::write::insert_hinted(self.txn, &mut header, key, value, &mut hint)?;
+        self.txn.trees[self.index].fixed_append_hint = hint;
         self.set_header(header)?;
         Ok(replaced)
     }
@@ -163,6 +165,7 @@ impl<'t, 'env> FixedTreeMut<'t, 'env> {
     /// # Errors
     /// Scratch full, corruption.
     pub fn remove(&mut self, key: u64) -> Result<bool> {
+        self.txn.trees[self.index].fixed_append_hint = None;
         let mut header = self.header();
         let removed = fixed::write::remove(self.txn, &mut header, key)?;
         self.set_header(header)?;

@@ -82,6 +82,8 @@ pub(crate) struct OpenTree {
     pub(crate) changed: bool,
     /// Where sequential inserts can go without a descent; dropped by any other change.
     append_hint: Option<tree_write::AppendHint>,
+    /// The same for a fixed-size tree.
+    pub(crate) fixed_append_hint: Option<crate::fixed::write::AppendHint>,
 }
 
 /// The write transaction. Only one exists at a time; [`crate::Environment::begin_write`]
@@ -264,6 +266,7 @@ impl<'env> WriteTxn<'env> {
             header,
             changed: false,
             append_hint: None,
+            fixed_append_hint: None,
         });
         Ok(Some(self.trees.len() - 1))
     }
@@ -284,6 +287,7 @@ impl<'env> WriteTxn<'env> {
                     header,
                     changed: true,
                     append_hint: None,
+                    fixed_append_hint: None,
                 });
                 Ok(())
             }
@@ -308,6 +312,7 @@ impl<'env> WriteTxn<'env> {
             header,
             changed: true,
             append_hint: None,
+            fixed_append_hint: None,
         });
         Ok(self.trees.len() - 1)
     }
@@ -365,6 +370,7 @@ impl<'env> WriteTxn<'env> {
             header,
             changed: false,
             append_hint: None,
+            fixed_append_hint: None,
         });
         Ok(self.trees.len() - 1)
     }
