@@ -918,6 +918,15 @@ fn decode_node(p: &[u8], n: u64, key: &[u8]) {
                     let _ = hrafn::btree::TreeHeader::decode(v, n);
                     v.len()
                 }
+                ValueRef::Embedded(v) => {
+                    if let Ok(tree) = hrafn::fixed::Embedded::decode(v, n) {
+                        let _ = tree.validate_order(n);
+                        for i in 0..tree.len().min(200) {
+                            let _ = (tree.key(i), tree.value(i), tree.get(tree.key(i)));
+                        }
+                    }
+                    v.len()
+                }
                 ValueRef::Overflow { len_bytes, .. } => len_bytes.min(1 << 20) as usize,
             };
             let _ = hrafn::btree::fits_inline(key.len(), size);

@@ -19,8 +19,11 @@ pub struct CheckReport {
     pub tree_count: u64,
     /// Entries over all named trees (a nested tree counts once in its parent).
     pub entry_count: u64,
-    /// Trees nested under keys of other trees, multi-value sets in their own tree included.
+    /// Trees nested under keys of other trees, in pages of their own (multi-value sets in
+    /// their own tree included).
     pub nested_tree_count: u64,
+    /// Fixed-size trees embedded in their parent's entry.
+    pub embedded_tree_count: u64,
     /// Pages in use (meta, free-space map, nodes, overflow runs).
     pub used_pages: u64,
     /// Pages marked free.
@@ -175,9 +178,19 @@ pub fn check<'a, S: PageSource<'a>>(src: S) -> Result<CheckReport> {
     Ok(walker.report)
 }
 
-/// Called for every leaf entry (key, value, whether it holds a nested tree) of a walked
-/// tree.
-type Visit<'v> = dyn FnMut(&[u8], &[u8], bool) -> Result<()> + 'v;
+/// What a leaf entry holds.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Held {
+    /// A value (inline or in an overflow run).
+    Value,
+    /// A nested tree's header.
+    Tree,
+    /// An embedded fixed-size tree.
+    Embedded,
+}
+
+/// Called for every leaf entry (key, value bytes, what they are) of a walked tree.
+type Visit<'v> = dyn FnMut(&[u8], &[u8], Held) -> Result<()> + 'v;
 
 /// What a walked tree is for.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -212,16 +225,26 @@ fn walk_any<'a, S: PageSource<'a>>(
             return walk_fixed(src, header, usize::from(value_size), walker);
         }
         (TreeKind::BTree, Role::Tree) => {
-            walk_tree(src, header, walker, &mut |_, v, is_tree| {
-                if is_tree {
-                    nested.push((TreeHeader::decode(v, root_page)?, Role::Tree));
+            let mut embedded = 0;
+            walk_tree(src, header, walker, &mut |_, v, held| {
+                match held {
+                    Held::Tree => nested.push((TreeHeader::decode(v, root_page)?, Role::Tree)),
+                    Held::Embedded => {
+                        fixed::Embedded::decode(v, root_page)?.validate_order(root_page)?;
+                        embedded += 1;
+                    }
+                    Held::Value => {}
                 }
                 Ok(())
             })?;
+            walker.report.embedded_tree_count += embedded;
         }
         (TreeKind::Multi, Role::Tree) => {
-            walk_tree(src, header, walker, &mut |_, v, is_tree| {
-                if is_tree {
+            walk_tree(src, header, walker, &mut |_, v, held| {
+                if held == Held::Embedded {
+                    return Err(corrupt(root_page, "an embedded tree in a multi-value tree"));
+                }
+                if held == Held::Tree {
                     let set = TreeHeader::decode(v, root_page)?;
                     if set.kind != TreeKind::BTree || set.entry_count == 0 {
                         return Err(corrupt(root_page, "a set's tree is not a non-empty B+tree"));
@@ -236,8 +259,8 @@ fn walk_any<'a, S: PageSource<'a>>(
             })?;
         }
         (TreeKind::BTree, Role::Set) => {
-            walk_tree(src, header, walker, &mut |_, v, is_tree| {
-                if is_tree || !v.is_empty() {
+            walk_tree(src, header, walker, &mut |_, v, held| {
+                if held != Held::Value || !v.is_empty() {
                     return Err(corrupt(root_page, "a set's tree holds more than values"));
                 }
                 Ok(())
@@ -297,7 +320,11 @@ fn walk_tree<'a, S: PageSource<'a>>(
                 let (key, value) = node::leaf_entry(page, i, page_number)?;
                 // Resolved (so validated) before its pages are counted.
                 let bytes = resolve_value(src, value)?;
-                let is_tree = value.is_tree();
+                let held = match value {
+                    ValueRef::Inline(_) | ValueRef::Overflow { .. } => Held::Value,
+                    ValueRef::Tree(_) => Held::Tree,
+                    ValueRef::Embedded(_) => Held::Embedded,
+                };
                 if let ValueRef::Overflow {
                     first_page,
                     len_bytes,
@@ -305,7 +332,7 @@ fn walk_tree<'a, S: PageSource<'a>>(
                 {
                     walker.mark(first_page, overflow_page_count(len_bytes))?;
                 }
-                visit(key, bytes, is_tree)?;
+                visit(key, bytes, held)?;
             }
             entries += n as u64;
         } else {

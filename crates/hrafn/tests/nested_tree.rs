@@ -287,7 +287,11 @@ fn kinds_and_nesting_depth_are_checked() {
     }
     wtx.commit().expect("commit");
     let report = env.check().expect("check");
-    assert_eq!(report.nested_tree_count, 17);
+    assert_eq!(report.nested_tree_count, 16);
+    assert_eq!(
+        report.embedded_tree_count, 1,
+        "the small fixed-size tree is embedded"
+    );
     let rtx = env.begin_read().expect("read");
     let p = rtx.open_tree("p").expect("open");
     let mut t = p.open_tree(b"down").expect("level 1");
@@ -313,7 +317,12 @@ fn kinds_and_nesting_depth_are_checked() {
             .expect("remove")
     );
     wtx.commit().expect("commit");
-    assert_eq!(env.check().expect("check").nested_tree_count, 1);
+    let report = env.check().expect("check");
+    assert_eq!(report.nested_tree_count, 0);
+    assert_eq!(
+        report.embedded_tree_count, 1,
+        "the small fixed-size tree stays"
+    );
 }
 
 /// Power loss at every storage operation of a workload of per-series nested fixed-size
@@ -419,4 +428,101 @@ fn power_loss_recovers_a_committed_state() {
     common::summary(&format!(
         "nested tree power loss: {states} crash states over {ops} operations"
     ));
+}
+
+#[test]
+fn a_small_fixed_tree_lives_in_its_entry_and_moves_out_and_back() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = Environment::open(dir.path(), Options::default()).expect("open");
+    let pages = |env: &Environment| env.check().expect("check");
+    let mut wtx = env.begin_write().expect("write");
+    wtx.open_tree("p").expect("open");
+    wtx.commit().expect("commit");
+    let base = pages(&env).used_pages;
+    // 16-byte entries: 64 embed in 1 KiB.
+    let mut wtx = env.begin_write().expect("write");
+    {
+        let mut p = wtx.open_tree("p").expect("open");
+        let mut f = p.open_fixed_tree(b"series", 8).expect("open");
+        for t in 0..64u64 {
+            f.insert(t * 10, &t.to_le_bytes()).expect("insert");
+        }
+        assert_eq!(f.len(), 64);
+    }
+    wtx.commit().expect("commit");
+    let report = pages(&env);
+    assert_eq!(
+        (report.embedded_tree_count, report.nested_tree_count),
+        (1, 0)
+    );
+    assert_eq!(report.used_pages, base, "an embedded tree takes no page");
+    let check_reads = |env: &Environment, n: u64| {
+        let rtx = env.begin_read().expect("read");
+        let p = rtx.open_tree("p").expect("open");
+        let f = p.open_fixed_tree(b"series").expect("open");
+        assert_eq!(f.len(), n);
+        assert_eq!(f.get(30).expect("get"), Some(&3u64.to_le_bytes()[..]));
+        assert_eq!(f.get(31).expect("get"), None);
+        let up: Vec<u64> = f
+            .range(15..=55)
+            .expect("range")
+            .map(|e| e.expect("e").0)
+            .collect();
+        assert_eq!(up, [20, 30, 40, 50]);
+        let down: Vec<u64> = f
+            .range_rev(15..55)
+            .expect("range")
+            .map(|e| e.expect("e").0)
+            .collect();
+        assert_eq!(down, [50, 40, 30, 20]);
+        assert_eq!(f.first().expect("first").map(|e| e.0), Some(0));
+        assert_eq!(f.last().expect("last").map(|e| e.0), Some((n - 1) * 10));
+        let mut cursor = f.cursor();
+        assert_eq!(cursor.seek(41u64).expect("seek").map(|e| e.0), Some(50));
+        assert_eq!(cursor.prev().expect("prev").map(|e| e.0), Some(40));
+    };
+    check_reads(&env, 64);
+    // The 65th entry moves it into a page of its own.
+    let mut wtx = env.begin_write().expect("write");
+    {
+        let mut p = wtx.open_tree("p").expect("open");
+        let mut f = p.open_fixed_tree(b"series", 8).expect("open");
+        for t in 64..1_000u64 {
+            f.insert(t * 10, &t.to_le_bytes()).expect("insert");
+        }
+    }
+    wtx.commit().expect("commit");
+    let report = pages(&env);
+    assert_eq!(
+        (report.embedded_tree_count, report.nested_tree_count),
+        (0, 1)
+    );
+    assert!(report.used_pages > base + 1);
+    check_reads(&env, 1_000);
+    // Back to 32 entries (512 bytes, one leaf): it embeds again and its pages are free.
+    let mut wtx = env.begin_write().expect("write");
+    {
+        let mut p = wtx.open_tree("p").expect("open");
+        let mut f = p.open_fixed_tree(b"series", 8).expect("open");
+        assert_eq!(f.delete_range(32 * 10..).expect("delete_range"), 968);
+        assert_eq!(f.len(), 32);
+        assert_eq!(f.get(310).expect("get"), Some(&31u64.to_le_bytes()[..]));
+    }
+    wtx.commit().expect("commit");
+    let report = pages(&env);
+    assert_eq!(
+        (report.embedded_tree_count, report.nested_tree_count),
+        (1, 0)
+    );
+    check_reads(&env, 32);
+    // Removing the key drops it whole.
+    let mut wtx = env.begin_write().expect("write");
+    assert!(
+        wtx.open_tree("p")
+            .expect("open")
+            .remove(b"series")
+            .expect("remove")
+    );
+    wtx.commit().expect("commit");
+    assert_eq!(pages(&env).embedded_tree_count, 0);
 }

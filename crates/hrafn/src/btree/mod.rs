@@ -262,7 +262,7 @@ pub fn get_stored<'a, S: PageSource<'a>>(
 #[inline]
 pub fn resolve_value<'a, S: PageSource<'a>>(src: S, value: ValueRef<'a>) -> Result<&'a [u8]> {
     match value {
-        ValueRef::Inline(bytes) | ValueRef::Tree(bytes) => Ok(bytes),
+        ValueRef::Inline(bytes) | ValueRef::Tree(bytes) | ValueRef::Embedded(bytes) => Ok(bytes),
         ValueRef::Overflow {
             first_page,
             len_bytes,

@@ -9,6 +9,8 @@
 //! - kind 1 (overflow): `value_len u64 | first_page u64 | key`
 //! - kind 2 (nested tree): as kind 0, the value being the nested tree's 24-byte stored
 //!   header (`TreeHeader`)
+//! - kind 3 (embedded fixed-size tree): as kind 0, the value being the tree itself
+//!   (`crate::fixed::embedded`)
 //!
 //! Branch entry: `key_len u16 | child u64 | key`; the page's `aux` word is the leftmost
 //! child. Entry `i` holds the separator `key_i`: keys `>= key_i` (and below `key_{i+1}`) live
@@ -31,6 +33,8 @@ pub const VALUE_INLINE: u8 = 0;
 pub const VALUE_OVERFLOW: u8 = 1;
 /// Leaf entry kind: a nested tree, its stored header inline.
 pub const VALUE_TREE: u8 = 2;
+/// Leaf entry kind: a small fixed-size tree, inline whole.
+pub const VALUE_EMBEDDED: u8 = 3;
 /// Bytes of a slot.
 pub const SLOT_BYTES: usize = 2;
 /// Header bytes of an inline leaf entry.
@@ -51,12 +55,24 @@ pub enum ValueRef<'a> {
     Overflow { first_page: u64, len_bytes: u64 },
     /// A nested tree: its stored header, inside the node.
     Tree(&'a [u8]),
+    /// A nested fixed-size tree small enough to live inside the node.
+    Embedded(&'a [u8]),
 }
 
 impl ValueRef<'_> {
-    /// Whether the entry holds a nested tree rather than a value.
+    /// Whether the entry holds a nested tree (in pages or embedded) rather than a value.
     pub fn is_tree(&self) -> bool {
-        matches!(self, ValueRef::Tree(_))
+        matches!(self, ValueRef::Tree(_) | ValueRef::Embedded(_))
+    }
+
+    /// The leaf entry kind byte.
+    fn kind(&self) -> u8 {
+        match self {
+            ValueRef::Inline(_) => VALUE_INLINE,
+            ValueRef::Overflow { .. } => VALUE_OVERFLOW,
+            ValueRef::Tree(_) => VALUE_TREE,
+            ValueRef::Embedded(_) => VALUE_EMBEDDED,
+        }
     }
 }
 
@@ -64,7 +80,9 @@ impl ValueRef<'_> {
 pub fn leaf_entry_size(key_len: usize, value: &ValueRef<'_>) -> usize {
     SLOT_BYTES
         + match value {
-            ValueRef::Inline(v) | ValueRef::Tree(v) => LEAF_INLINE_HEADER_BYTES + key_len + v.len(),
+            ValueRef::Inline(v) | ValueRef::Tree(v) | ValueRef::Embedded(v) => {
+                LEAF_INLINE_HEADER_BYTES + key_len + v.len()
+            }
             ValueRef::Overflow { .. } => LEAF_OVERFLOW_HEADER_BYTES + key_len,
         }
 }
@@ -139,7 +157,7 @@ pub fn key(page: &[u8], i: usize, leaf: bool, page_number: u64) -> Result<&[u8]>
     let key_at = if leaf {
         let kind_at = range(page_number, at + 2, 1)?.start;
         match page[kind_at] {
-            VALUE_INLINE | VALUE_TREE => at + LEAF_INLINE_HEADER_BYTES,
+            VALUE_INLINE | VALUE_TREE | VALUE_EMBEDDED => at + LEAF_INLINE_HEADER_BYTES,
             VALUE_OVERFLOW => at + LEAF_OVERFLOW_HEADER_BYTES,
             _ => return Err(corrupt(page_number, "unknown leaf entry kind")),
         }
@@ -155,16 +173,17 @@ pub fn leaf_entry(page: &[u8], i: usize, page_number: u64) -> Result<(&[u8], Val
     range(page_number, at, LEAF_INLINE_HEADER_BYTES)?;
     let key_len = usize::from(get_u16(page, at));
     match page[at + 2] {
-        kind @ (VALUE_INLINE | VALUE_TREE) => {
+        kind @ (VALUE_INLINE | VALUE_TREE | VALUE_EMBEDDED) => {
             let value_len = get_u32(page, at + 3) as usize;
             let k = range(page_number, at + LEAF_INLINE_HEADER_BYTES, key_len)?;
             let v = range(page_number, k.end, value_len)?;
             let value = &page[v];
-            if kind == VALUE_INLINE {
-                Ok((&page[k], ValueRef::Inline(value)))
-            } else {
-                Ok((&page[k], ValueRef::Tree(value)))
-            }
+            let value = match kind {
+                VALUE_INLINE => ValueRef::Inline(value),
+                VALUE_TREE => ValueRef::Tree(value),
+                _ => ValueRef::Embedded(value),
+            };
+            Ok((&page[k], value))
         }
         VALUE_OVERFLOW => {
             range(page_number, at, LEAF_OVERFLOW_HEADER_BYTES)?;
@@ -290,12 +309,8 @@ pub fn insert_leaf(page: &mut [u8], i: usize, key_bytes: &[u8], value: &ValueRef
     let at = reserve(page, i, body_len);
     put_u16(page, at, key_bytes.len() as u16);
     match value {
-        ValueRef::Inline(v) | ValueRef::Tree(v) => {
-            page[at + 2] = if value.is_tree() {
-                VALUE_TREE
-            } else {
-                VALUE_INLINE
-            };
+        ValueRef::Inline(v) | ValueRef::Tree(v) | ValueRef::Embedded(v) => {
+            page[at + 2] = value.kind();
             put_u32(page, at + 3, v.len() as u32);
             let k = at + LEAF_INLINE_HEADER_BYTES;
             page[k..k + key_bytes.len()].copy_from_slice(key_bytes);

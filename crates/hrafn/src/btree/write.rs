@@ -119,6 +119,8 @@ pub enum NewEntry<'a> {
     Value(&'a [u8]),
     /// A nested tree's stored header.
     Tree(&'a [u8; super::TREE_HEADER_SIZE_BYTES]),
+    /// A nested fixed-size tree, embedded whole.
+    Embedded(&'a [u8]),
 }
 
 /// Inserts or replaces the entry of `key`. A value never replaces a nested tree, nor a
@@ -151,7 +153,7 @@ pub fn insert_entry<S: PageStore>(
     let index = match found {
         Ok(i) => {
             let (_, old) = node::leaf_entry(store.page(leaf)?, i, leaf)?;
-            let new_is_tree = matches!(entry, NewEntry::Tree(_));
+            let new_is_tree = matches!(entry, NewEntry::Tree(_) | NewEntry::Embedded(_));
             if old.is_tree() != new_is_tree {
                 return Err(crate::Error::WrongTreeKind {
                     name: String::from_utf8_lossy(key).into_owned(),
@@ -179,6 +181,7 @@ pub fn insert_entry<S: PageStore>(
     };
     let stored = match entry {
         NewEntry::Tree(header) => ValueRef::Tree(header),
+        NewEntry::Embedded(tree) => ValueRef::Embedded(tree),
         NewEntry::Value(value) if fits_inline(key.len(), value.len()) => ValueRef::Inline(value),
         NewEntry::Value(value) => {
             let first_page = write_overflow(store, value)?;
@@ -290,7 +293,7 @@ fn drop_nested<S: PageStore>(store: &mut S, tree: &TreeHeader, nesting: usize) -
                         len_bytes,
                     } => runs.push((first_page, overflow_page_count(len_bytes))),
                     ValueRef::Tree(bytes) => nested.push(TreeHeader::decode(bytes, page_number)?),
-                    ValueRef::Inline(_) => {}
+                    ValueRef::Inline(_) | ValueRef::Embedded(_) => {}
                 }
             }
             for (first, count) in runs {
@@ -320,7 +323,7 @@ fn free_value_at<S: PageStore>(store: &mut S, leaf: u64, i: usize) -> Result<()>
             let header = TreeHeader::decode(bytes, leaf)?;
             drop_nested(store, &header, 1)?;
         }
-        ValueRef::Inline(_) => {}
+        ValueRef::Inline(_) | ValueRef::Embedded(_) => {}
     }
     Ok(())
 }

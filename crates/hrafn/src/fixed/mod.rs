@@ -14,7 +14,10 @@
 //! node that becomes empty and take it out of its parent; a root branch with one child
 //! gives way to that child. Nodes are not merged otherwise, so every leaf stays at one depth.
 
+pub mod embedded;
 pub(crate) mod write;
+
+pub use embedded::Embedded;
 
 use crate::btree::{DEPTH_MAX, PageSource};
 use crate::error::Result;
@@ -162,6 +165,69 @@ pub fn get<'a, S: PageSource<'a>>(
     ))
 }
 
+/// Where a fixed-size tree's entries are: in pages, or embedded in its parent's entry.
+#[derive(Debug, Clone, Copy)]
+pub enum FixedRoot<'a> {
+    Pages { root_page: u64, value_size: usize },
+    Embedded(Embedded<'a>),
+}
+
+impl<'a> FixedRoot<'a> {
+    /// The value of `key`.
+    ///
+    /// # Errors
+    /// Corruption.
+    pub fn get<S: PageSource<'a>>(self, src: S, key: u64) -> Result<Option<&'a [u8]>> {
+        match self {
+            FixedRoot::Pages {
+                root_page,
+                value_size,
+            } => get(src, root_page, value_size, key),
+            FixedRoot::Embedded(tree) => Ok(tree.get(key)),
+        }
+    }
+
+    /// Entries in `range`, upwards or (`reverse`) downwards.
+    ///
+    /// # Errors
+    /// Corruption met while positioning.
+    pub fn range<S: PageSource<'a>>(
+        self,
+        src: S,
+        range: impl RangeBounds<u64>,
+        reverse: bool,
+    ) -> Result<FixedRange<'a, S>> {
+        match self {
+            FixedRoot::Pages {
+                root_page,
+                value_size,
+            } if reverse => FixedRange::new_rev(src, root_page, value_size, range),
+            FixedRoot::Pages {
+                root_page,
+                value_size,
+            } => FixedRange::new(src, root_page, value_size, range),
+            FixedRoot::Embedded(tree) => Ok(FixedRange::embedded(src, tree, range, reverse)),
+        }
+    }
+
+    /// The entry with the largest key.
+    ///
+    /// # Errors
+    /// Corruption.
+    pub fn last<S: PageSource<'a>>(self, src: S) -> Result<Option<(u64, &'a [u8])>> {
+        match self {
+            FixedRoot::Pages {
+                root_page,
+                value_size,
+            } => last(src, root_page, value_size),
+            FixedRoot::Embedded(tree) => Ok(tree
+                .len()
+                .checked_sub(1)
+                .map(|i| (tree.key(i), tree.value(i)))),
+        }
+    }
+}
+
 /// Entries of a fixed-size tree in a key range, in order (or in reverse order, from
 /// [`FixedRange::new_rev`]).
 pub struct FixedRange<'a, S: PageSource<'a>> {
@@ -174,6 +240,9 @@ pub struct FixedRange<'a, S: PageSource<'a>> {
     stop: Bound<u64>,
     reverse: bool,
     done: bool,
+    /// An embedded tree iterated instead of pages, and the position in it (forward: the
+    /// next entry; reverse: one past it).
+    embedded: Option<(Embedded<'a>, usize)>,
 }
 
 impl<'a, S: PageSource<'a>> FixedRange<'a, S> {
@@ -242,6 +311,7 @@ impl<'a, S: PageSource<'a>> FixedRange<'a, S> {
             stop,
             reverse,
             done: from.is_none(),
+            embedded: None,
         };
         let Some(from) = from else {
             return Ok(out);
@@ -269,7 +339,54 @@ impl<'a, S: PageSource<'a>> FixedRange<'a, S> {
         ))
     }
 
+    /// The entries of an embedded tree in `range`, upwards or (`reverse`) downwards.
+    pub fn embedded(
+        src: S,
+        tree: Embedded<'a>,
+        range: impl RangeBounds<u64>,
+        reverse: bool,
+    ) -> FixedRange<'a, S> {
+        let (from, stop) = if reverse {
+            let end = match range.end_bound() {
+                Bound::Included(&k) => tree.search(k).map_or_else(|i| i, |i| i + 1),
+                Bound::Excluded(&k) => tree.search(k).unwrap_or_else(|i| i),
+                Bound::Unbounded => tree.len(),
+            };
+            (end, range.start_bound().cloned())
+        } else {
+            let start = match range.start_bound() {
+                Bound::Included(&k) => tree.search(k).unwrap_or_else(|i| i),
+                Bound::Excluded(&k) => tree.search(k).map_or_else(|i| i, |i| i + 1),
+                Bound::Unbounded => 0,
+            };
+            (start, range.end_bound().cloned())
+        };
+        FixedRange {
+            src,
+            value_size: tree.value_size(),
+            stack: Vec::new(),
+            stop,
+            reverse,
+            done: false,
+            embedded: Some((tree, from)),
+        }
+    }
+
     fn advance(&mut self) -> Result<Option<(u64, &'a [u8])>> {
+        if let Some((tree, at)) = &mut self.embedded {
+            let next = if self.reverse {
+                (*at > 0).then(|| {
+                    *at -= 1;
+                    *at
+                })
+            } else if *at < tree.len() {
+                *at += 1;
+                Some(*at - 1)
+            } else {
+                None
+            };
+            return Ok(next.map(|i| (tree.key(i), tree.value(i))));
+        }
         loop {
             let Some(&mut (page, leaf, ref mut i)) = self.stack.last_mut() else {
                 return Ok(None);

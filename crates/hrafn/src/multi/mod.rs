@@ -129,7 +129,9 @@ pub fn set_of(stored: ValueRef<'_>, page_number: u64) -> Result<Set<'_>> {
             }
             Ok(Set::Tree(header))
         }
-        ValueRef::Overflow { .. } => Err(corrupt(page_number, "a set stored in overflow pages")),
+        ValueRef::Overflow { .. } | ValueRef::Embedded(_) => {
+            Err(corrupt(page_number, "a set stored as something else"))
+        }
     }
 }
 

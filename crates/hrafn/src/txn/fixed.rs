@@ -2,9 +2,9 @@
 
 use super::state::State;
 use super::write::WriteTxn;
-use crate::btree::{TreeHeader, TreeKind};
+use crate::btree::TreeHeader;
 use crate::error::{Error, Result};
-use crate::fixed::{self, FixedRange};
+use crate::fixed::{self, FixedRange, FixedRoot, embedded};
 use std::ops::RangeBounds;
 
 fn value_size(header: &TreeHeader) -> usize {
@@ -39,18 +39,32 @@ fn value_size(header: &TreeHeader) -> usize {
 pub struct FixedTree<'t> {
     src: &'t State,
     header: TreeHeader,
+    root: FixedRoot<'t>,
 }
 
 impl<'t> FixedTree<'t> {
     pub(crate) fn new(src: &'t State, name: &str, header: TreeHeader) -> Result<FixedTree<'t>> {
-        if !matches!(header.kind, TreeKind::Fixed { .. }) {
+        let Some(value_size) = header.kind.fixed_value_size() else {
             return Err(Error::WrongTreeKind {
                 name: name.to_owned(),
                 found: header.kind.to_string(),
                 wanted: "a fixed-size tree".into(),
             });
+        };
+        let root = FixedRoot::Pages {
+            root_page: header.root_page,
+            value_size,
+        };
+        Ok(FixedTree { src, header, root })
+    }
+
+    /// A small tree embedded in its parent's entry.
+    pub(crate) fn embedded(src: &'t State, tree: fixed::Embedded<'t>) -> FixedTree<'t> {
+        FixedTree {
+            src,
+            header: super::read::Nested::Embedded(tree).header(),
+            root: FixedRoot::Embedded(tree),
         }
-        Ok(FixedTree { src, header })
     }
 
     /// The size of every value.
@@ -68,7 +82,7 @@ impl<'t> FixedTree<'t> {
     /// # Errors
     /// Corruption.
     pub fn get(&self, key: u64) -> Result<Option<&'t [u8]>> {
-        fixed::get(self.src, self.header.root_page, self.value_size(), key)
+        self.root.get(self.src, key)
     }
 
     /// Entries with keys in `range`, in order.
@@ -76,7 +90,7 @@ impl<'t> FixedTree<'t> {
     /// # Errors
     /// Corruption met while positioning.
     pub fn range(&self, range: impl RangeBounds<u64>) -> Result<FixedRange<'t, &'t State>> {
-        FixedRange::new(self.src, self.header.root_page, self.value_size(), range)
+        self.root.range(self.src, range, false)
     }
 
     /// Entries with keys in `range`, from the largest down.
@@ -84,7 +98,7 @@ impl<'t> FixedTree<'t> {
     /// # Errors
     /// Corruption met while positioning.
     pub fn range_rev(&self, range: impl RangeBounds<u64>) -> Result<FixedRange<'t, &'t State>> {
-        FixedRange::new_rev(self.src, self.header.root_page, self.value_size(), range)
+        self.root.range(self.src, range, true)
     }
 
     /// The entry with the smallest key.
@@ -100,7 +114,7 @@ impl<'t> FixedTree<'t> {
     /// # Errors
     /// Corruption.
     pub fn last(&self) -> Result<Option<(u64, &'t [u8])>> {
-        fixed::last(self.src, self.header.root_page, self.value_size())
+        self.root.last(self.src)
     }
 
     /// Number of entries.
@@ -152,6 +166,17 @@ impl<'t, 'env> FixedTreeMut<'t, 'env> {
                 self.value_size()
             )));
         }
+        let value_size = self.value_size();
+        if let Some(entries) = self.txn.trees[self.index].embedded.as_mut() {
+            let mut entries = std::mem::take(entries);
+            let replaced = embedded::insert(&mut entries, value_size, key, value);
+            if entries.len() <= embedded::EMBEDDED_FIXED_MAX_BYTES {
+                self.txn.store_embedded(self.index, entries)?;
+            } else {
+                self.spill(&entries)?;
+            }
+            return Ok(replaced);
+        }
         let mut header = self.header();
         let mut hint = self.txn.trees[self.index].fixed_append_hint.take();
         let replaced = fixed::write::insert_hinted(self.txn, &mut header, key, value, &mut hint)?;
@@ -160,16 +185,79 @@ impl<'t, 'env> FixedTreeMut<'t, 'env> {
         Ok(replaced)
     }
 
+    /// Moves an embedded tree that outgrew its entry into pages of its own.
+    fn spill(&mut self, entries: &[u8]) -> Result<()> {
+        let value_size = self.value_size();
+        let tree = embedded::Embedded::of(entries, value_size);
+        let mut header = fixed::write::create(self.txn, value_size as u16)?;
+        let mut hint = None;
+        for i in 0..tree.len() {
+            fixed::write::insert_hinted(
+                self.txn,
+                &mut header,
+                tree.key(i),
+                tree.value(i),
+                &mut hint,
+            )?;
+        }
+        self.txn.trees[self.index].embedded = None;
+        self.txn.trees[self.index].fixed_append_hint = hint;
+        self.txn.set_tree_header(self.index, header)
+    }
+
+    /// Moves a nested tree in pages back into its entry when it is one leaf whose entries
+    /// fit in half the embedded limit.
+    fn embed_again_if_small(&mut self) -> Result<()> {
+        let header = self.header();
+        let value_size = self.value_size();
+        let fits = header.entry_count as usize * (8 + value_size)
+            <= embedded::EMBED_AGAIN_AT_OR_BELOW_BYTES;
+        if !self.txn.is_nested(self.index) || !fits {
+            return Ok(());
+        }
+        let page = crate::btree::PageStore::page(&*self.txn, header.root_page)?;
+        if !fixed::validate(page, header.root_page, value_size)? {
+            return Ok(()); // still a branch: leave it until it is one leaf
+        }
+        let start = crate::limits::PAGE_HEADER_SIZE_BYTES;
+        let entries = page[start..start + header.entry_count as usize * (8 + value_size)].to_vec();
+        fixed::write::drop_tree(self.txn, &header)?;
+        self.txn.trees[self.index].fixed_append_hint = None;
+        self.txn.store_embedded(self.index, entries)
+    }
+
     /// Removes `key`. Returns true if it was present.
     ///
     /// # Errors
     /// Scratch full, corruption.
     pub fn remove(&mut self, key: u64) -> Result<bool> {
+        let value_size = self.value_size();
+        if let Some(entries) = self.txn.trees[self.index].embedded.as_mut() {
+            let mut entries = std::mem::take(entries);
+            let removed = embedded::remove(&mut entries, value_size, key);
+            self.txn.store_embedded(self.index, entries)?;
+            return Ok(removed);
+        }
         self.txn.trees[self.index].fixed_append_hint = None;
         let mut header = self.header();
         let removed = fixed::write::remove(self.txn, &mut header, key)?;
         self.set_header(header)?;
+        if removed {
+            self.embed_again_if_small()?;
+        }
         Ok(removed)
+    }
+
+    /// Where the entries are, as this transaction sees them.
+    fn root(&self) -> FixedRoot<'_> {
+        let value_size = self.value_size();
+        match &self.txn.trees[self.index].embedded {
+            Some(entries) => FixedRoot::Embedded(embedded::Embedded::of(entries, value_size)),
+            None => FixedRoot::Pages {
+                root_page: self.header().root_page,
+                value_size,
+            },
+        }
     }
 
     /// The value of `key` as this transaction sees it.
@@ -177,7 +265,7 @@ impl<'t, 'env> FixedTreeMut<'t, 'env> {
     /// # Errors
     /// Corruption.
     pub fn get(&self, key: u64) -> Result<Option<&[u8]>> {
-        fixed::get(&*self.txn, self.header().root_page, self.value_size(), key)
+        self.root().get(&*self.txn, key)
     }
 
     /// Entries with keys in `range`, in order, as this transaction sees them.
@@ -188,12 +276,7 @@ impl<'t, 'env> FixedTreeMut<'t, 'env> {
         &'s self,
         range: impl RangeBounds<u64>,
     ) -> Result<FixedRange<'s, &'s WriteTxn<'env>>> {
-        FixedRange::new(
-            &*self.txn,
-            self.header().root_page,
-            self.value_size(),
-            range,
-        )
+        self.root().range(&*self.txn, range, false)
     }
 
     /// Entries with keys in `range`, from the largest down, as this transaction sees them.
@@ -204,12 +287,7 @@ impl<'t, 'env> FixedTreeMut<'t, 'env> {
         &'s self,
         range: impl RangeBounds<u64>,
     ) -> Result<FixedRange<'s, &'s WriteTxn<'env>>> {
-        FixedRange::new_rev(
-            &*self.txn,
-            self.header().root_page,
-            self.value_size(),
-            range,
-        )
+        self.root().range(&*self.txn, range, true)
     }
 
     /// The entry with the largest key.
@@ -217,7 +295,7 @@ impl<'t, 'env> FixedTreeMut<'t, 'env> {
     /// # Errors
     /// Corruption.
     pub fn last(&self) -> Result<Option<(u64, &[u8])>> {
-        fixed::last(&*self.txn, self.header().root_page, self.value_size())
+        self.root().last(&*self.txn)
     }
 
     /// Number of entries.

@@ -253,14 +253,42 @@ pub(crate) fn list_trees<'a, S: PageSource<'a>>(src: S) -> Result<Vec<String>> {
     Ok(names)
 }
 
-/// The header of the tree nested under `key` of the tree `parent`.
-pub(crate) fn nested_header<'a, S: PageSource<'a>>(
+/// A nested tree as stored: in pages (its header) or embedded in its entry.
+pub(crate) enum Nested<'a> {
+    Tree(TreeHeader),
+    Embedded(crate::fixed::Embedded<'a>),
+}
+
+impl Nested<'_> {
+    /// The tree's header (an embedded tree's has no root page).
+    pub(crate) fn header(&self) -> TreeHeader {
+        match self {
+            Nested::Tree(header) => *header,
+            Nested::Embedded(tree) => TreeHeader {
+                root_page: 0,
+                entry_count: tree.len() as u64,
+                kind: TreeKind::Fixed {
+                    value_size: tree.value_size() as u16,
+                },
+            },
+        }
+    }
+}
+
+/// The tree nested under `key` of the tree `parent`.
+pub(crate) fn nested_tree<'a, S: PageSource<'a>>(
     src: S,
     parent: &TreeHeader,
     key: &[u8],
-) -> Result<TreeHeader> {
+) -> Result<Nested<'a>> {
     match btree::get_stored(src, parent.root_page, key)? {
-        Some(ValueRef::Tree(bytes)) => TreeHeader::decode(bytes, parent.root_page),
+        Some(ValueRef::Tree(bytes)) => {
+            Ok(Nested::Tree(TreeHeader::decode(bytes, parent.root_page)?))
+        }
+        Some(ValueRef::Embedded(bytes)) => Ok(Nested::Embedded(crate::fixed::Embedded::decode(
+            bytes,
+            parent.root_page,
+        )?)),
         Some(_) => Err(Error::WrongTreeKind {
             name: String::from_utf8_lossy(key).into_owned(),
             found: "a value".into(),
@@ -313,7 +341,7 @@ impl<'t> Tree<'t> {
     /// a value or another kind of tree; corruption.
     pub fn open_tree(&self, key: impl AsRef<[u8]>) -> Result<Tree<'t>> {
         let key = key.as_ref();
-        let header = nested_header(self.src, &self.header, key)?;
+        let header = nested_tree(self.src, &self.header, key)?.header();
         header.expect_kind(&String::from_utf8_lossy(key), TreeKind::BTree)?;
         Ok(Tree {
             src: self.src,
@@ -332,8 +360,12 @@ impl<'t> Tree<'t> {
     /// As [`Tree::open_tree`].
     pub fn open_fixed_tree(&self, key: impl AsRef<[u8]>) -> Result<super::fixed::FixedTree<'t>> {
         let key = key.as_ref();
-        let header = nested_header(self.src, &self.header, key)?;
-        super::fixed::FixedTree::new(self.src, &String::from_utf8_lossy(key), header)
+        match nested_tree(self.src, &self.header, key)? {
+            Nested::Tree(header) => {
+                super::fixed::FixedTree::new(self.src, &String::from_utf8_lossy(key), header)
+            }
+            Nested::Embedded(tree) => Ok(super::fixed::FixedTree::embedded(self.src, tree)),
+        }
     }
 
     /// Opens the multi-value tree nested under `key`.
@@ -342,7 +374,7 @@ impl<'t> Tree<'t> {
     /// As [`Tree::open_tree`].
     pub fn open_multi_tree(&self, key: impl AsRef<[u8]>) -> Result<super::multi::MultiTree<'t>> {
         let key = key.as_ref();
-        let header = nested_header(self.src, &self.header, key)?;
+        let header = nested_tree(self.src, &self.header, key)?.header();
         super::multi::MultiTree::new(self.src, &String::from_utf8_lossy(key), header)
     }
 

@@ -84,6 +84,9 @@ pub(crate) struct OpenTree {
     append_hint: Option<tree_write::AppendHint>,
     /// The same for a fixed-size tree.
     pub(crate) fixed_append_hint: Option<crate::fixed::write::AppendHint>,
+    /// A nested fixed-size tree embedded in its parent's entry: its entries (the header's
+    /// root page is then 0).
+    pub(crate) embedded: Option<Vec<u8>>,
 }
 
 /// The write transaction. Only one exists at a time; [`crate::Environment::begin_write`]
@@ -267,6 +270,7 @@ impl<'env> WriteTxn<'env> {
             changed: false,
             append_hint: None,
             fixed_append_hint: None,
+            embedded: None,
         });
         Ok(Some(self.trees.len() - 1))
     }
@@ -288,6 +292,7 @@ impl<'env> WriteTxn<'env> {
                     changed: true,
                     append_hint: None,
                     fixed_append_hint: None,
+                    embedded: None,
                 });
                 Ok(())
             }
@@ -313,6 +318,7 @@ impl<'env> WriteTxn<'env> {
             changed: true,
             append_hint: None,
             fixed_append_hint: None,
+            embedded: None,
         });
         Ok(self.trees.len() - 1)
     }
@@ -345,10 +351,18 @@ impl<'env> WriteTxn<'env> {
         self.forget_nested_after(parent);
         let name = String::from_utf8_lossy(key);
         let parent_header = self.trees[parent].header;
+        let mut embedded = None;
         let header = match btree::get_stored(&*self, parent_header.root_page, key)? {
             Some(ValueRef::Tree(bytes)) => {
                 let header = TreeHeader::decode(bytes, parent_header.root_page)?;
                 header.expect_kind(&name, kind)?;
+                header
+            }
+            Some(ValueRef::Embedded(bytes)) => {
+                let tree = crate::fixed::Embedded::decode(bytes, parent_header.root_page)?;
+                let header = super::read::Nested::Embedded(tree).header();
+                header.expect_kind(&name, kind)?;
+                embedded = Some(bytes[crate::fixed::embedded::EMBEDDED_HEADER_BYTES..].to_vec());
                 header
             }
             Some(_) => {
@@ -358,11 +372,24 @@ impl<'env> WriteTxn<'env> {
                     wanted: kind.to_string(),
                 });
             }
-            None => {
-                let header = create_tree(self, kind)?;
-                self.store_nested(parent, key, &header)?;
-                header
-            }
+            None => match kind {
+                // A new fixed-size tree starts embedded in its entry.
+                TreeKind::Fixed { value_size } => {
+                    let stored = crate::fixed::embedded::encode(usize::from(value_size), &[]);
+                    self.store_nested(parent, key, NewEntry::Embedded(&stored))?;
+                    embedded = Some(Vec::new());
+                    TreeHeader {
+                        root_page: 0,
+                        entry_count: 0,
+                        kind,
+                    }
+                }
+                _ => {
+                    let header = create_tree(self, kind)?;
+                    self.store_nested(parent, key, NewEntry::Tree(&header.encode()))?;
+                    header
+                }
+            },
         };
         self.trees.push(OpenTree {
             name: name.into(),
@@ -371,6 +398,7 @@ impl<'env> WriteTxn<'env> {
             changed: false,
             append_hint: None,
             fixed_append_hint: None,
+            embedded,
         });
         Ok(self.trees.len() - 1)
     }
@@ -392,20 +420,43 @@ impl<'env> WriteTxn<'env> {
         });
     }
 
-    /// Writes `header` as the entry `key` of open tree `parent`.
-    fn store_nested(&mut self, parent: usize, key: &[u8], header: &TreeHeader) -> Result<()> {
+    /// Writes `entry` (a nested tree's header, or an embedded tree) as the entry `key` of
+    /// open tree `parent`.
+    fn store_nested(&mut self, parent: usize, key: &[u8], entry: NewEntry<'_>) -> Result<()> {
         let mut parent_header = self.trees[parent].header;
         // An in-place replacement leaves the leaf where it was, but a new entry may split
         // it: the parent's append position is no longer known.
         self.trees[parent].append_hint = None;
-        tree_write::insert_entry(
-            self,
-            &mut parent_header,
-            key,
-            NewEntry::Tree(&header.encode()),
-            &mut None,
-        )?;
+        tree_write::insert_entry(self, &mut parent_header, key, entry, &mut None)?;
         self.set_tree_header(parent, parent_header)
+    }
+
+    /// Whether open tree `index` is nested under a key of another.
+    pub(crate) fn is_nested(&self, index: usize) -> bool {
+        self.trees[index].parent.is_some()
+    }
+
+    /// Makes nested fixed-size tree `index` an embedded one holding `entries`, and writes
+    /// it into its parent's entry.
+    pub(crate) fn store_embedded(&mut self, index: usize, entries: Vec<u8>) -> Result<()> {
+        let tree = &mut self.trees[index];
+        let value_size = tree
+            .header
+            .kind
+            .fixed_value_size()
+            .expect("only fixed-size trees embed");
+        assert!(
+            entries.len() <= crate::fixed::embedded::EMBEDDED_FIXED_MAX_BYTES,
+            "an embedded tree within its limit"
+        );
+        tree.header.root_page = 0;
+        tree.header.entry_count = (entries.len() / (8 + value_size)) as u64;
+        let stored = crate::fixed::embedded::encode(value_size, &entries);
+        tree.embedded = Some(entries);
+        let (parent, key) = tree.parent.take().expect("only nested trees embed");
+        let written = self.store_nested(parent, &key, NewEntry::Embedded(&stored));
+        self.trees[index].parent = Some((parent, key));
+        written
     }
 
     /// Records an open tree's new header: a named tree's is stored at commit, a nested
@@ -420,7 +471,7 @@ impl<'env> WriteTxn<'env> {
             tree.changed = true;
             return Ok(());
         };
-        let stored = self.store_nested(parent, &key, &header);
+        let stored = self.store_nested(parent, &key, NewEntry::Tree(&header.encode()));
         self.trees[index].parent = Some((parent, key));
         stored
     }
