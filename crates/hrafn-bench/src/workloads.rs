@@ -170,6 +170,16 @@ pub const SPECS: &[Spec] = &[
         "the same; hrafn: B+tree with 8-byte big-endian keys",
     ),
     row(
+        "u64_scan_fixed",
+        "u64",
+        "reopen, one full scan in key order; hrafn: fixed-size tree",
+    ),
+    row(
+        "u64_scan_btree",
+        "u64",
+        "the same; hrafn: B+tree with 8-byte big-endian keys",
+    ),
+    row(
         "u64_append_fixed",
         "u64",
         "1M increasing u64 keys -> 16-byte values, 100 txns (time series); hrafn: fixed-size tree",
@@ -332,6 +342,8 @@ pub fn run(spec: &Spec, engine_name: &str, cfg: &Config, dir: &Path) -> Result<B
         "u64_get_fixed" => u64_rows(spec, engine_name, cfg, &db_dir, U64::Get, true)?,
         "u64_get_btree" => u64_rows(spec, engine_name, cfg, &db_dir, U64::Get, false)?,
         "u64_append_fixed" => u64_rows(spec, engine_name, cfg, &db_dir, U64::Append, true)?,
+        "u64_scan_fixed" => u64_rows(spec, engine_name, cfg, &db_dir, U64::Scan, true)?,
+        "u64_scan_btree" => u64_rows(spec, engine_name, cfg, &db_dir, U64::Scan, false)?,
         "u64_append_btree" => u64_rows(spec, engine_name, cfg, &db_dir, U64::Append, false)?,
         "table_insert" => table_rows(spec, engine_name, cfg, &db_dir, false)?,
         "table_get_by_id" => table_rows(spec, engine_name, cfg, &db_dir, true)?,
@@ -667,6 +679,8 @@ enum U64 {
     Get,
     /// Increasing keys inserted.
     Append,
+    /// Random keys inserted, then one full scan after a reopen (timed).
+    Scan,
 }
 
 /// The u64 rows: random (or, to append, increasing) `u64` keys with 16-byte values
@@ -688,7 +702,6 @@ fn u64_rows(
     } else {
         (0..n).map(|_| rng.next_u64()).collect()
     };
-    let get = what == U64::Get;
     let values = Values::new(64);
     let write = |engine: &dyn Engine, f: &mut dyn FnMut(&mut dyn Writer) -> Result<()>| {
         if fixed {
@@ -710,12 +723,33 @@ fn u64_rows(
         }
         start.elapsed()
     };
-    if !get {
+    if matches!(what, U64::Insert | U64::Append) {
         return Ok(BenchResult::measured(
             spec.name, name, cfg.scale, n, "entries", elapsed,
         ));
     }
     let engine = engines::open(name, dir, false)?;
+    if what == U64::Scan {
+        let start = Instant::now();
+        let mut scan = |r: &dyn Reader| -> Result<()> {
+            let seen = r.scan(&[], None, &mut |_, _| {})?;
+            ensure!(seen as u64 == n, "scanned {seen} of {n} entries");
+            Ok(())
+        };
+        if fixed {
+            engine.read_u64(&mut scan)?;
+        } else {
+            engine.read(&mut scan)?;
+        }
+        return Ok(BenchResult::measured(
+            spec.name,
+            name,
+            cfg.scale,
+            n,
+            "entries",
+            start.elapsed(),
+        ));
+    }
     let mut order = keys;
     order.shuffle(&mut rng);
     let start = Instant::now();
