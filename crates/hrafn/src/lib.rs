@@ -55,6 +55,7 @@ mod txn;
 pub use check::CheckReport;
 pub use env::{DATA_FILE, Durability, Environment, Options, Stats};
 pub use error::{CorruptionSite, Error, Result};
+pub use txn::cursor::{Removable, Seekable};
 pub use txn::{
     FixedTree, FixedTreeMut, KeyCursor, MultiTree, MultiTreeMut, ReadTxn, Table, TableMut, Tree,
     TreeHandle, TreeMut, WriteBatch, WriteTxn,

@@ -322,3 +322,183 @@ fn tree_handles_bind_to_any_transaction() {
         Err(Error::TreeNotFound { .. })
     ));
 }
+
+/// Walks `cursor` randomly against the sorted `model` of its keys: seek, first, last, next,
+/// prev and current all land where the model says. `pick` makes a key to seek.
+fn walk<T: hrafn::Seekable>(
+    cursor: &mut hrafn::KeyCursor<T>,
+    model: &std::collections::BTreeSet<T::Key>,
+    steps: u64,
+    seed: u64,
+    pick: &dyn Fn(u64) -> T::Key,
+) -> u64
+where
+    T::Key: Ord + Clone + std::fmt::Debug,
+{
+    use std::collections::BTreeSet;
+    #[derive(Clone, Debug)]
+    enum Place<K> {
+        Unpositioned,
+        At(K),
+        PastEnd,
+        BeforeStart,
+    }
+    fn after<K: Ord + Clone>(m: &BTreeSet<K>, p: &Place<K>) -> Option<K> {
+        match p {
+            Place::Unpositioned | Place::BeforeStart => m.iter().next().cloned(),
+            Place::At(k) => m
+                .range((Bound::Excluded(k), Bound::Unbounded))
+                .next()
+                .cloned(),
+            Place::PastEnd => None,
+        }
+    }
+    fn before<K: Ord + Clone>(m: &BTreeSet<K>, p: &Place<K>) -> Option<K> {
+        match p {
+            Place::Unpositioned | Place::PastEnd => m.iter().next_back().cloned(),
+            Place::At(k) => m
+                .range((Bound::Unbounded, Bound::Excluded(k)))
+                .next_back()
+                .cloned(),
+            Place::BeforeStart => None,
+        }
+    }
+    let key = |e: Option<T::Entry<'_>>| e.map(|e| T::key_of(&e));
+    let mut place = Place::Unpositioned;
+    for step in 0..steps {
+        let r = mix(seed ^ step);
+        let (got, want, off) = match r % 6 {
+            0 => {
+                let k = pick(r >> 8);
+                let want = model.range(k.clone()..).next().cloned();
+                (key(cursor.seek(k).expect("seek")), want, Place::PastEnd)
+            }
+            1 => (
+                key(cursor.first().expect("first")),
+                model.iter().next().cloned(),
+                Place::PastEnd,
+            ),
+            2 => (
+                key(cursor.last().expect("last")),
+                model.iter().next_back().cloned(),
+                Place::BeforeStart,
+            ),
+            3 => {
+                let want = after(model, &place);
+                (key(cursor.next().expect("next")), want, Place::PastEnd)
+            }
+            4 => {
+                let want = before(model, &place);
+                (key(cursor.prev().expect("prev")), want, Place::BeforeStart)
+            }
+            _ => {
+                let want = match &place {
+                    Place::At(k) => Some(k.clone()),
+                    _ => None,
+                };
+                assert_eq!(key(cursor.current().expect("current")), want);
+                continue;
+            }
+        };
+        assert_eq!(got, want, "step {step} from {place:?}");
+        let stays = matches!(
+            (&place, r % 6),
+            (Place::PastEnd, 3) | (Place::BeforeStart, 4)
+        );
+        if !stays {
+            place = want.map_or(off, Place::At);
+        }
+    }
+    steps
+}
+
+#[test]
+fn multi_value_and_table_cursors_walk_like_the_model() {
+    use hrafn::table::Schema;
+    use std::collections::BTreeSet;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = Environment::open(dir.path(), Options::default()).expect("open");
+    let schema = Schema::new(2).primary_key(0);
+    let mut pairs: BTreeSet<(Vec<u8>, Vec<u8>)> = BTreeSet::new();
+    let mut ids = BTreeSet::new();
+    let mut wtx = env.begin_write().expect("write");
+    {
+        let mut m = wtx.open_multi_tree("m").expect("open");
+        for i in 0..3_000u64 {
+            // A few keys with large sets (their own trees), many with small ones.
+            let k = key(if i % 2 == 0 { i % 5 } else { i % 400 });
+            let v = format!("v{:04}", mix(i) % 5_000).into_bytes();
+            m.add(&k, &v).expect("add");
+            pairs.insert((k, v));
+        }
+    }
+    {
+        let mut t = wtx.open_table("t", &schema).expect("open");
+        for i in 0..3_000u64 {
+            let payload = vec![1u8; (mix(i) % 3_000) as usize];
+            ids.insert(t.insert(&[&i.to_be_bytes(), &payload]).expect("insert"));
+        }
+    }
+    wtx.commit().expect("commit");
+    let rtx = env.begin_read().expect("read");
+    let m = rtx.open_multi_tree("m").expect("open");
+    let pick_pair = |r: u64| {
+        (
+            key(r % 420),
+            format!("v{:04}", (r >> 16) % 5_100).into_bytes(),
+        )
+    };
+    let mut cases = walk(&mut m.cursor(), &pairs, 4_000, 1, &pick_pair);
+    let t = rtx.open_table("t", &schema).expect("open");
+    let max_id = *ids.iter().next_back().expect("ids") + 8192;
+    cases += walk(&mut t.cursor(), &ids, 4_000, 2, &|r| r % max_id);
+    drop(rtx);
+    // Deleting at the cursor.
+    let mut wtx = env.begin_write().expect("write");
+    {
+        let mut m = wtx.open_multi_tree("m").expect("open");
+        let mut cursor = m.cursor();
+        let mut entry = cursor
+            .first()
+            .expect("first")
+            .map(|(k, v)| (k.to_vec(), v.to_vec()));
+        while let Some(pair) = entry {
+            if pair.1.last().is_some_and(|b| b % 2 == 0) {
+                assert!(cursor.delete().expect("delete"));
+                pairs.remove(&pair);
+            }
+            entry = cursor
+                .next()
+                .expect("next")
+                .map(|(k, v)| (k.to_vec(), v.to_vec()));
+        }
+    }
+    {
+        let mut t = wtx.open_table("t", &schema).expect("open");
+        let mut cursor = t.cursor();
+        let mut deleted = 0;
+        let mut entry = cursor.first().expect("first").map(|(id, _)| id);
+        while entry.is_some() {
+            if deleted < 100 {
+                assert!(cursor.delete().expect("delete"));
+                deleted += 1;
+            }
+            entry = cursor.next().expect("next").map(|(id, _)| id);
+        }
+        assert_eq!(t.len(), 2_900);
+    }
+    wtx.commit().expect("commit");
+    let rtx = env.begin_read().expect("read");
+    let m = rtx.open_multi_tree("m").expect("open");
+    let mut left = BTreeSet::new();
+    let mut cursor = m.cursor();
+    let mut entry = cursor.first().expect("first");
+    while let Some((k, v)) = entry {
+        left.insert((k.to_vec(), v.to_vec()));
+        entry = cursor.next().expect("next");
+    }
+    assert_eq!(left, pairs);
+    drop(rtx);
+    env.check().expect("check");
+    assert!(cases >= 8_000);
+}

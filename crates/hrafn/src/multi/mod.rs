@@ -18,7 +18,7 @@ use crate::btree::node::ValueRef;
 use crate::btree::{self, PageSource, Range, TreeHeader, TreeKind};
 use crate::error::Result;
 use crate::page::{corrupt, get_u16};
-use std::ops::Bound;
+use std::ops::{Bound, RangeBounds};
 
 /// Largest encoded set kept inside its key's entry; a larger one becomes a nested tree.
 /// With the longest key (2,000 bytes) the entry still fits inline (4,000 bytes).
@@ -181,17 +181,85 @@ impl<'a, S: PageSource<'a>> Values<'a, S> {
     /// # Errors
     /// Corruption.
     pub fn new(src: S, root_page: u64, key: &[u8]) -> Result<Values<'a, S>> {
+        Self::between(src, root_page, key, Bound::Unbounded, Bound::Unbounded)
+    }
+
+    /// The values of `key` between `start` and `end`.
+    ///
+    /// # Errors
+    /// Corruption.
+    pub fn between(
+        src: S,
+        root_page: u64,
+        key: &[u8],
+        start: Bound<&[u8]>,
+        end: Bound<&[u8]>,
+    ) -> Result<Values<'a, S>> {
         let inner = match find_set(src, root_page, key)? {
             None => ValuesInner::Embedded(Vec::new().into_iter()),
-            Some(Set::Embedded(values)) => ValuesInner::Embedded(values.into_iter()),
-            Some(Set::Tree(header)) => ValuesInner::Tree(Range::new(
-                src,
-                header.root_page,
-                Bound::Unbounded,
-                Bound::Unbounded,
-            )?),
+            Some(Set::Embedded(mut values)) => {
+                values.retain(|v| (start, end).contains(v));
+                ValuesInner::Embedded(values.into_iter())
+            }
+            Some(Set::Tree(header)) => {
+                ValuesInner::Tree(Range::new(src, header.root_page, start, end)?)
+            }
         };
         Ok(Values { inner })
+    }
+}
+
+/// The first `(key, value)` pair after `bound` (upwards) or, with `reverse`, the last one
+/// before it, over every key's values in order.
+///
+/// # Errors
+/// Corruption.
+pub fn pair_next<'a, S: PageSource<'a>>(
+    src: S,
+    root_page: u64,
+    bound: Bound<(&[u8], &[u8])>,
+    reverse: bool,
+) -> Result<Option<(&'a [u8], &'a [u8])>> {
+    let (from_key, value_bound) = match bound {
+        Bound::Unbounded => (Bound::Unbounded, Bound::Unbounded),
+        Bound::Included((k, v)) => (Bound::Included(k), Bound::Included(v)),
+        Bound::Excluded((k, v)) => (Bound::Included(k), Bound::Excluded(v)),
+    };
+    let mut keys = if reverse {
+        Range::new(src, root_page, Bound::Unbounded, from_key)?
+    } else {
+        Range::new(src, root_page, from_key, Bound::Unbounded)?
+    };
+    loop {
+        let next_key = if reverse {
+            keys.next_back()
+        } else {
+            keys.next()
+        };
+        let Some(entry) = next_key else {
+            return Ok(None);
+        };
+        let (key, _) = entry?;
+        // Only the bound's own key is cut by the value bound.
+        let on_bound_key = matches!(from_key, Bound::Included(k) if k == key);
+        let value_bound = if on_bound_key {
+            value_bound
+        } else {
+            Bound::Unbounded
+        };
+        let mut values = if reverse {
+            Values::between(src, root_page, key, Bound::Unbounded, value_bound)?
+        } else {
+            Values::between(src, root_page, key, value_bound, Bound::Unbounded)?
+        };
+        let value = if reverse {
+            values.next_back()
+        } else {
+            values.next()
+        };
+        if let Some(value) = value {
+            return Ok(Some((key, value?)));
+        }
     }
 }
 

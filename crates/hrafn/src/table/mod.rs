@@ -29,6 +29,8 @@ use crate::btree::{self, PageSource, TreeHeader, TreeKind};
 use crate::error::Result;
 use crate::fixed::{self, FixedRange};
 use crate::limits::{PAGE_HEADER_SIZE_BYTES, PAGE_SIZE_BYTES};
+use std::ops::Bound;
+
 use crate::page::{
     OFFSET_AUX, OFFSET_ENTRY_COUNT, OFFSET_FREE_LOWER, PageKind, corrupt, get_u16, get_u32, get_u64,
 };
@@ -472,6 +474,71 @@ impl TableView {
         Record::decode(&value[OVERFLOW_TAG_BYTES..], page_number)
     }
 
+    /// The first record after `bound` in id order, or with `reverse` the last one before
+    /// it.
+    ///
+    /// # Errors
+    /// Corruption.
+    pub fn record_next<'a, S: PageSource<'a>>(
+        &self,
+        src: S,
+        bound: Bound<u64>,
+        reverse: bool,
+    ) -> Result<Option<(u64, Record<'a>)>> {
+        use std::ops::RangeBounds;
+        let admits = |id: u64| {
+            if reverse {
+                (Bound::Unbounded, bound).contains(&id)
+            } else {
+                (bound, Bound::Unbounded).contains(&id)
+            }
+        };
+        let page_bound = bound.map(|id| split_id(id).0);
+        let pages = if reverse {
+            FixedRange::new_rev(
+                src,
+                self.pages.root_page,
+                4,
+                (Bound::Unbounded, inclusive(page_bound)),
+            )?
+        } else {
+            FixedRange::new(
+                src,
+                self.pages.root_page,
+                4,
+                (inclusive(page_bound), Bound::Unbounded),
+            )?
+        };
+        for entry in pages {
+            let (page_number, marker) = entry?;
+            if marker == PAGES_OVERFLOW_RUN.to_le_bytes() {
+                let id = make_id(page_number, 0);
+                if admits(id) {
+                    return Ok(Some((id, self.overflow_record(src, page_number)?)));
+                }
+                continue;
+            }
+            let page = src.page(page_number)?;
+            validate_page(page, page_number, self.tag)?;
+            let mut offsets = live_offsets(page, page_number)?;
+            if reverse {
+                offsets.reverse();
+            }
+            for offset in offsets {
+                let id = make_id(page_number, offset);
+                if admits(id) {
+                    let (len, _) = slot_at(page, page_number, offset)?;
+                    let start = offset + RECORD_HEADER_BYTES;
+                    return Ok(Some((
+                        id,
+                        Record::decode(&page[start..start + len], page_number)?,
+                    )));
+                }
+            }
+        }
+        Ok(None)
+    }
+
     /// Every record in id order.
     ///
     /// # Errors
@@ -483,6 +550,14 @@ impl TableView {
             pages: FixedRange::new(src, self.pages.root_page, 4, ..)?,
             page: None,
         })
+    }
+}
+
+/// A page bound that includes the page of an excluded id (its other records may qualify).
+fn inclusive(bound: Bound<u64>) -> Bound<u64> {
+    match bound {
+        Bound::Excluded(page) => Bound::Included(page),
+        other => other,
     }
 }
 

@@ -6,8 +6,11 @@
 //! cursors ([`crate::btree::TreeCursor`]) step within leaves.
 
 use super::fixed::{FixedTree, FixedTreeMut};
+use super::multi::{MultiTree, MultiTreeMut};
+use super::table::{Table, TableMut};
 use super::write::TreeMut;
 use crate::error::Result;
+use crate::table::Record;
 use std::ops::Bound;
 
 /// What a key cursor can move over: ordered entries, looked up by key.
@@ -258,5 +261,86 @@ fixed_seekable!(FixedTree<'_>);
 impl Removable for &mut FixedTreeMut<'_, '_> {
     fn remove_key(&mut self, key: &u64) -> Result<bool> {
         self.remove(*key)
+    }
+}
+
+/// A `(key, value)` pair of a multi-value tree as a cursor position.
+type Pair = (Vec<u8>, Vec<u8>);
+
+fn pair_bound(bound: Bound<&Pair>) -> Bound<(&[u8], &[u8])> {
+    bound.map(|(k, v)| (k.as_slice(), v.as_slice()))
+}
+
+/// The multi-value tree handles' shared stepping, over `(key, value)` pairs.
+macro_rules! multi_seekable {
+    ($ty:ty) => {
+        impl Seekable for $ty {
+            type Key = Pair;
+            type Entry<'s>
+                = (&'s [u8], &'s [u8])
+            where
+                Self: 's;
+
+            fn key_of<'s>(entry: &Self::Entry<'s>) -> Pair
+            where
+                Self: 's,
+            {
+                (entry.0.to_vec(), entry.1.to_vec())
+            }
+
+            fn first_after(&self, bound: Bound<&Pair>) -> Result<Option<Self::Entry<'_>>> {
+                self.pair_next(pair_bound(bound), false)
+            }
+
+            fn last_before(&self, bound: Bound<&Pair>) -> Result<Option<Self::Entry<'_>>> {
+                self.pair_next(pair_bound(bound), true)
+            }
+        }
+    };
+}
+
+multi_seekable!(&mut MultiTreeMut<'_, '_>);
+multi_seekable!(MultiTree<'_>);
+
+impl Removable for &mut MultiTreeMut<'_, '_> {
+    fn remove_key(&mut self, (key, value): &Pair) -> Result<bool> {
+        self.remove(key, value)
+    }
+}
+
+/// The table handles' shared stepping, over records in id order.
+macro_rules! table_seekable {
+    ($ty:ty) => {
+        impl Seekable for $ty {
+            type Key = u64;
+            type Entry<'s>
+                = (u64, Record<'s>)
+            where
+                Self: 's;
+
+            fn key_of<'s>(entry: &Self::Entry<'s>) -> u64
+            where
+                Self: 's,
+            {
+                entry.0
+            }
+
+            fn first_after(&self, bound: Bound<&u64>) -> Result<Option<Self::Entry<'_>>> {
+                self.record_next(bound.cloned(), false)
+            }
+
+            fn last_before(&self, bound: Bound<&u64>) -> Result<Option<Self::Entry<'_>>> {
+                self.record_next(bound.cloned(), true)
+            }
+        }
+    };
+}
+
+table_seekable!(&mut TableMut<'_, '_>);
+table_seekable!(&Table<'_>);
+
+impl Removable for &mut TableMut<'_, '_> {
+    fn remove_key(&mut self, id: &u64) -> Result<bool> {
+        self.delete(*id)
     }
 }

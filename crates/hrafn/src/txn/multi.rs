@@ -6,7 +6,7 @@ use crate::btree::{Range, TreeHeader, TreeKind};
 use crate::error::{Error, Result};
 use crate::limits::KEY_SIZE_MAX_BYTES;
 use crate::multi::{self, MULTI_VALUE_SIZE_MAX_BYTES, Values};
-use std::ops::RangeBounds;
+use std::ops::{Bound, RangeBounds};
 
 /// A multi-value tree in a read transaction: each key holds a sorted set of distinct
 /// values.
@@ -30,6 +30,7 @@ use std::ops::RangeBounds;
 /// assert_eq!(index.count(b"job=none")?, 0);
 /// # Ok::<(), hrafn::Error>(())
 /// ```
+#[derive(Clone, Copy)]
 pub struct MultiTree<'t> {
     src: &'t State,
     header: TreeHeader,
@@ -94,6 +95,19 @@ impl<'t> MultiTree<'t> {
     /// Number of keys.
     pub fn key_count(&self) -> u64 {
         self.header.entry_count
+    }
+
+    /// A cursor over the `(key, value)` pairs, in key order then value order.
+    pub fn cursor(&self) -> super::cursor::KeyCursor<MultiTree<'t>> {
+        super::cursor::KeyCursor::new(*self)
+    }
+
+    pub(crate) fn pair_next(
+        &self,
+        bound: Bound<(&[u8], &[u8])>,
+        reverse: bool,
+    ) -> Result<Option<(&'t [u8], &'t [u8])>> {
+        multi::pair_next(self.src, self.header.root_page, bound, reverse)
     }
 
     /// Whether the tree has no keys.
@@ -211,6 +225,20 @@ impl<'t, 'env> MultiTreeMut<'t, 'env> {
     /// Number of keys.
     pub fn key_count(&self) -> u64 {
         self.header().entry_count
+    }
+
+    /// A cursor over the `(key, value)` pairs, in key order then value order, that can
+    /// delete the pair it stands on.
+    pub fn cursor(&mut self) -> super::cursor::KeyCursor<&mut Self> {
+        super::cursor::KeyCursor::new(self)
+    }
+
+    pub(crate) fn pair_next(
+        &self,
+        bound: Bound<(&[u8], &[u8])>,
+        reverse: bool,
+    ) -> Result<Option<(&[u8], &[u8])>> {
+        multi::pair_next(&*self.txn, self.header().root_page, bound, reverse)
     }
 
     /// Whether the tree has no keys.

@@ -443,6 +443,22 @@ impl<'env> TableMut<'_, 'env> {
         self.view().header.entry_count
     }
 
+    /// A cursor over the records in id order that can delete where it stands. Deleting may
+    /// move other records of the same page (a page emptied below 15% moves its survivors
+    /// to other pages): a walk that deletes as it goes can meet such a record again under
+    /// its new id, or not at all.
+    pub fn cursor(&mut self) -> super::cursor::KeyCursor<&mut Self> {
+        super::cursor::KeyCursor::new(self)
+    }
+
+    pub(crate) fn record_next(
+        &self,
+        bound: std::ops::Bound<u64>,
+        reverse: bool,
+    ) -> Result<Option<(u64, Record<'_>)>> {
+        self.view().record_next(&*self.txn, bound, reverse)
+    }
+
     /// Whether the table has no records.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
@@ -638,6 +654,19 @@ impl<'t> Table<'t> {
             out.push((id, record));
         }
         Ok(out)
+    }
+
+    /// A cursor over the records in id order.
+    pub fn cursor(&self) -> super::cursor::KeyCursor<&Table<'t>> {
+        super::cursor::KeyCursor::new(self)
+    }
+
+    pub(crate) fn record_next(
+        &self,
+        bound: std::ops::Bound<u64>,
+        reverse: bool,
+    ) -> Result<Option<(u64, Record<'t>)>> {
+        self.view.record_next(self.src, bound, reverse)
     }
 
     /// Every record in id order (physical order).
