@@ -296,85 +296,44 @@ mod crash_support;
 /// transaction between the last acknowledged and the last submitted, and checks clean.
 #[test]
 fn power_loss_recovers_a_committed_state() {
-    use crash_support::DAMAGE_VARIANTS;
     use hrafn::storage::sim::SimStorage;
-    use std::sync::Arc;
 
     const COMMITS: u64 = 30;
     let options = crash_support::deterministic_options();
     // Runs the workload; returns the models after each commit and how many were acked.
-    let run = |sim: &SimStorage| -> (Vec<Model>, usize) {
-        let mut models = vec![Model::new()];
-        let Ok(env) = Environment::open_with_storage(Arc::new(sim.clone()), options.clone()) else {
-            return (models, 0);
-        };
-        let mut acked = 0;
-        for txn in 0..COMMITS {
-            let mut model = models.last().expect("model").clone();
-            let step = (|| {
-                let mut wtx = env.begin_write()?;
-                {
-                    let mut t = wtx.open_fixed_tree("f", 16)?;
-                    for i in 0..200 {
-                        let key = mix(txn * 1000 + i) % 3000;
-                        if mix(key ^ txn) % 4 == 0 {
-                            t.remove(key)?;
-                            model.remove(&key);
-                        } else {
-                            let v = value(key, txn, 16);
-                            t.insert(key, &v)?;
-                            model.insert(key, v);
-                        }
+    let run = |sim: &SimStorage| {
+        crash_support::run_commits(sim, &options, COMMITS, 7, &|wtx, txn, model: &mut Model| {
+            {
+                let mut t = wtx.open_fixed_tree("f", 16)?;
+                for i in 0..200 {
+                    let key = mix(txn * 1000 + i) % 3000;
+                    if mix(key ^ txn) % 4 == 0 {
+                        t.remove(key)?;
+                        model.remove(&key);
+                    } else {
+                        let v = value(key, txn, 16);
+                        t.insert(key, &v)?;
+                        model.insert(key, v);
                     }
                 }
-                wtx.commit()?;
-                if txn % 7 == 6 {
-                    env.flush_and_sync()?;
-                }
-                Ok::<(), Error>(())
-            })();
-            models.push(model);
-            if step.is_err() {
-                break;
             }
-            acked += 1;
-        }
-        (models, acked)
+            Ok(())
+        })
     };
-    let dry = SimStorage::new(0xF1ED);
-    let (_, acked) = run(&dry);
-    assert_eq!(acked, COMMITS as usize);
-    let ops = dry.ops_count();
-    let mut states = 0;
-    for op in 0..ops {
-        let sim = SimStorage::new(0xF1ED);
-        sim.crash_at(op);
-        let (models, acked) = run(&sim);
-        for (damage, salt) in DAMAGE_VARIANTS {
-            let disk = sim.power_cut_salted(damage, salt);
-            let env = Environment::open_with_storage(Arc::new(disk), options.clone())
-                .unwrap_or_else(|e| panic!("op {op} {damage:?}: reopen failed: {e}"));
+    let (states, ops) =
+        crash_support::power_loss_at_every_operation(0xF1ED, &options, &run, &|env| {
             let rtx = env.begin_read().expect("read");
-            let found: Model = match rtx.open_fixed_tree("f") {
+            match rtx.open_fixed_tree("f") {
                 Ok(t) => t
                     .range(..)
                     .expect("range")
                     .map(|e| e.map(|(k, v)| (k, v.to_vec())).expect("entry"))
                     .collect(),
                 Err(Error::TreeNotFound { .. }) => Model::new(),
-                Err(e) => panic!("op {op} {damage:?}: {e}"),
-            };
-            drop(rtx);
-            let matches = (acked..models.len()).any(|j| models[j] == found);
-            assert!(
-                matches,
-                "op {op} {damage:?}: recovered a state that is not one of commits {acked}..{}",
-                models.len() - 1
-            );
-            env.check()
-                .unwrap_or_else(|e| panic!("op {op} {damage:?}: check: {e}"));
-            states += 1;
-        }
-    }
-    eprintln!("fixed-size tree power loss: {states} crash states over {ops} operations");
+                Err(e) => panic!("{e}"),
+            }
+        });
+    crash_support::summary(&format!(
+        "fixed-size tree power loss: {states} crash states over {ops} operations"
+    ));
 }

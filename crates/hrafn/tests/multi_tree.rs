@@ -290,78 +290,47 @@ fn sizes_and_kinds_are_checked() {
 /// clean (every set decodes, every set tree is sound, no page leaks).
 #[test]
 fn power_loss_recovers_a_committed_state() {
-    use crash_support::DAMAGE_VARIANTS;
     use hrafn::storage::sim::SimStorage;
-    use std::sync::Arc;
 
     const COMMITS: u64 = 16;
     let options = crash_support::deterministic_options();
-    let run = |sim: &SimStorage| -> (Vec<Model>, usize) {
-        let mut models = vec![Model::new()];
-        let Ok(env) = Environment::open_with_storage(Arc::new(sim.clone()), options.clone()) else {
-            return (models, 0);
-        };
-        let mut acked = 0;
-        for txn in 0..COMMITS {
-            let mut model = models.last().expect("model").clone();
-            let step = (|| {
-                let mut wtx = env.begin_write()?;
-                {
-                    let mut t = wtx.open_multi_tree("m")?;
-                    for i in 0..60 {
-                        let r = mix(txn * 1000 + i);
-                        let k = key(r % 3);
-                        let v = (r >> 8).to_be_bytes()[..4 + (r % 5) as usize].to_vec();
-                        if txn >= 10 && r % 3 != 0 {
-                            let first = model.get(&k).and_then(|s| s.iter().next().cloned());
-                            if let Some(v) = first {
-                                t.remove(&k, &v)?;
-                                let set = model.get_mut(&k).expect("present");
-                                set.remove(&v);
-                                if set.is_empty() {
-                                    model.remove(&k);
-                                }
+    let run = |sim: &SimStorage| {
+        crash_support::run_commits(sim, &options, COMMITS, 5, &|wtx, txn, model: &mut Model| {
+            {
+                let mut t = wtx.open_multi_tree("m")?;
+                for i in 0..60 {
+                    let r = mix(txn * 1000 + i);
+                    let k = key(r % 3);
+                    let v = (r >> 8).to_be_bytes()[..4 + (r % 5) as usize].to_vec();
+                    if txn >= 10 && r % 3 != 0 {
+                        let first = model.get(&k).and_then(|s| s.iter().next().cloned());
+                        if let Some(v) = first {
+                            t.remove(&k, &v)?;
+                            let set = model.get_mut(&k).expect("present");
+                            set.remove(&v);
+                            if set.is_empty() {
+                                model.remove(&k);
                             }
-                        } else {
-                            t.add(&k, &v)?;
-                            model.entry(k).or_default().insert(v);
                         }
+                    } else {
+                        t.add(&k, &v)?;
+                        model.entry(k).or_default().insert(v);
                     }
                 }
-                wtx.commit()?;
-                if txn % 5 == 4 {
-                    env.flush_and_sync()?;
-                }
-                Ok::<(), Error>(())
-            })();
-            models.push(model);
-            if step.is_err() {
-                break;
             }
-            acked += 1;
-        }
-        (models, acked)
+            Ok(())
+        })
     };
-    let dry = SimStorage::new(0x3017);
-    let (models, acked) = run(&dry);
-    assert_eq!(acked, COMMITS as usize);
+    let (models, _) = run(&SimStorage::new(0x3017));
     let big = models
         .iter()
         .flat_map(|m| m.values())
         .any(|s| s.iter().map(|v| v.len() + 2).sum::<usize>() > EMBEDDED_SET_MAX_BYTES);
     assert!(big, "the workload never moves a set into its own tree");
-    let ops = dry.ops_count();
-    let mut states = 0;
-    for op in 0..ops {
-        let sim = SimStorage::new(0x3017);
-        sim.crash_at(op);
-        let (models, acked) = run(&sim);
-        for (damage, salt) in DAMAGE_VARIANTS {
-            let disk = sim.power_cut_salted(damage, salt);
-            let env = Environment::open_with_storage(Arc::new(disk), options.clone())
-                .unwrap_or_else(|e| panic!("op {op} {damage:?}: reopen failed: {e}"));
+    let (states, ops) =
+        crash_support::power_loss_at_every_operation(0x3017, &options, &run, &|env| {
             let rtx = env.begin_read().expect("read");
-            let found: Model = match rtx.open_multi_tree("m") {
+            match rtx.open_multi_tree("m") {
                 Ok(t) => {
                     let keys: Vec<Vec<u8>> = t
                         .keys::<&[u8], _>(..)
@@ -380,19 +349,9 @@ fn power_loss_recovers_a_committed_state() {
                         .collect()
                 }
                 Err(Error::TreeNotFound { .. }) => Model::new(),
-                Err(e) => panic!("op {op} {damage:?}: {e}"),
-            };
-            drop(rtx);
-            assert!(
-                (acked..models.len()).any(|j| models[j] == found),
-                "op {op} {damage:?}: recovered a state that is not one of commits {acked}..{}",
-                models.len() - 1
-            );
-            env.check()
-                .unwrap_or_else(|e| panic!("op {op} {damage:?}: check: {e}"));
-            states += 1;
-        }
-    }
+                Err(e) => panic!("{e}"),
+            }
+        });
     common::summary(&format!(
         "multi-value tree power loss: {states} crash states over {ops} operations"
     ));

@@ -330,69 +330,37 @@ fn kinds_and_nesting_depth_are_checked() {
 /// the check finds every nested tree sound and no page leaked.
 #[test]
 fn power_loss_recovers_a_committed_state() {
-    use crash_support::DAMAGE_VARIANTS;
     use hrafn::storage::sim::SimStorage;
-    use std::sync::Arc;
 
     type Model = BTreeMap<u64, BTreeMap<u64, u64>>;
     const COMMITS: u64 = 20;
     let options = crash_support::deterministic_options();
-    let run = |sim: &SimStorage| -> (Vec<Model>, usize) {
-        let mut models = vec![Model::new()];
-        let Ok(env) = Environment::open_with_storage(Arc::new(sim.clone()), options.clone()) else {
-            return (models, 0);
-        };
-        let mut acked = 0;
-        for txn in 0..COMMITS {
-            let mut model = models.last().expect("model").clone();
-            let step = (|| {
-                let mut wtx = env.begin_write()?;
-                {
-                    let mut series = wtx.open_tree("series")?;
-                    for s in 0..6u64 {
-                        if mix(txn ^ s) % 9 == 0 {
-                            series.remove(s.to_be_bytes())?;
-                            model.remove(&s);
-                            continue;
-                        }
-                        let mut samples = series.open_fixed_tree(s.to_be_bytes(), 8)?;
-                        let map = model.entry(s).or_default();
-                        for i in 0..40 {
-                            let t = txn * 40 + i;
-                            samples.insert(t, &(t ^ s).to_le_bytes())?;
-                            map.insert(t, t ^ s);
-                        }
+    let run = |sim: &SimStorage| {
+        crash_support::run_commits(sim, &options, COMMITS, 6, &|wtx, txn, model: &mut Model| {
+            {
+                let mut series = wtx.open_tree("series")?;
+                for s in 0..6u64 {
+                    if mix(txn ^ s) % 9 == 0 {
+                        series.remove(s.to_be_bytes())?;
+                        model.remove(&s);
+                        continue;
+                    }
+                    let mut samples = series.open_fixed_tree(s.to_be_bytes(), 8)?;
+                    let map = model.entry(s).or_default();
+                    for i in 0..40 {
+                        let t = txn * 40 + i;
+                        samples.insert(t, &(t ^ s).to_le_bytes())?;
+                        map.insert(t, t ^ s);
                     }
                 }
-                wtx.commit()?;
-                if txn % 6 == 5 {
-                    env.flush_and_sync()?;
-                }
-                Ok::<(), Error>(())
-            })();
-            models.push(model);
-            if step.is_err() {
-                break;
             }
-            acked += 1;
-        }
-        (models, acked)
+            Ok(())
+        })
     };
-    let dry = SimStorage::new(0x4E57);
-    let (_, acked) = run(&dry);
-    assert_eq!(acked, COMMITS as usize);
-    let ops = dry.ops_count();
-    let mut states = 0;
-    for op in 0..ops {
-        let sim = SimStorage::new(0x4E57);
-        sim.crash_at(op);
-        let (models, acked) = run(&sim);
-        for (damage, salt) in DAMAGE_VARIANTS {
-            let disk = sim.power_cut_salted(damage, salt);
-            let env = Environment::open_with_storage(Arc::new(disk), options.clone())
-                .unwrap_or_else(|e| panic!("op {op} {damage:?}: reopen failed: {e}"));
+    let (states, ops) =
+        crash_support::power_loss_at_every_operation(0x4E57, &options, &run, &|env| {
             let rtx = env.begin_read().expect("read");
-            let found: Model = match rtx.open_tree("series") {
+            match rtx.open_tree("series") {
                 Ok(series) => series
                     .iter()
                     .expect("iter")
@@ -412,19 +380,9 @@ fn power_loss_recovers_a_committed_state() {
                     })
                     .collect(),
                 Err(Error::TreeNotFound { .. }) => Model::new(),
-                Err(e) => panic!("op {op} {damage:?}: {e}"),
-            };
-            drop(rtx);
-            assert!(
-                (acked..models.len()).any(|j| models[j] == found),
-                "op {op} {damage:?}: recovered a state that is not one of commits {acked}..{}",
-                models.len() - 1
-            );
-            env.check()
-                .unwrap_or_else(|e| panic!("op {op} {damage:?}: check: {e}"));
-            states += 1;
-        }
-    }
+                Err(e) => panic!("{e}"),
+            }
+        });
     common::summary(&format!(
         "nested tree power loss: {states} crash states over {ops} operations"
     ));

@@ -375,80 +375,45 @@ fn sparse_pages_are_compacted_or_freed() {
 /// with the records.
 #[test]
 fn power_loss_recovers_a_committed_state() {
-    use crash_support::DAMAGE_VARIANTS;
     use hrafn::storage::sim::SimStorage;
-    use std::sync::Arc;
 
     /// pk → (group, payload).
     type State = BTreeMap<Vec<u8>, (Vec<u8>, Vec<u8>)>;
     const COMMITS: u64 = 16;
     let schema = Schema::new(3).primary_key(0).index("by-group", &[1]);
     let options = crash_support::deterministic_options();
-    let run = |sim: &SimStorage| -> (Vec<State>, usize) {
-        let mut states = vec![State::new()];
-        let Ok(env) = Environment::open_with_storage(Arc::new(sim.clone()), options.clone()) else {
-            return (states, 0);
-        };
-        let mut acked = 0;
-        for txn in 0..COMMITS {
-            let mut state = states.last().expect("state").clone();
-            let step = (|| {
-                let mut wtx = env.begin_write()?;
-                {
-                    let mut t = wtx.open_table("t", &schema)?;
-                    for i in 0..30 {
-                        let r = mix(txn * 1000 + i);
-                        let pk = format!("k{}", r % 60).into_bytes();
-                        let group = format!("g{}", r % 3).into_bytes();
-                        let payload = vec![r as u8; (r >> 8) as usize % 700];
-                        match t.get_by_key(&pk)?.map(|(id, _)| id) {
-                            Some(id) if r % 3 == 0 => {
-                                t.delete(id)?;
-                                state.remove(&pk);
-                            }
-                            Some(id) => {
-                                t.update(id, &[&pk, &group, &payload])?;
-                                state.insert(pk, (group, payload));
-                            }
-                            None => {
-                                t.insert(&[&pk, &group, &payload])?;
-                                state.insert(pk, (group, payload));
-                            }
+    let run = |sim: &SimStorage| {
+        crash_support::run_commits(sim, &options, COMMITS, 5, &|wtx, txn, state: &mut State| {
+            {
+                let mut t = wtx.open_table("t", &schema)?;
+                for i in 0..30 {
+                    let r = mix(txn * 1000 + i);
+                    let pk = format!("k{}", r % 60).into_bytes();
+                    let group = format!("g{}", r % 3).into_bytes();
+                    let payload = vec![r as u8; (r >> 8) as usize % 700];
+                    match t.get_by_key(&pk)?.map(|(id, _)| id) {
+                        Some(id) if r % 3 == 0 => {
+                            t.delete(id)?;
+                            state.remove(&pk);
+                        }
+                        Some(id) => {
+                            t.update(id, &[&pk, &group, &payload])?;
+                            state.insert(pk, (group, payload));
+                        }
+                        None => {
+                            t.insert(&[&pk, &group, &payload])?;
+                            state.insert(pk, (group, payload));
                         }
                     }
                 }
-                wtx.commit()?;
-                if txn % 5 == 4 {
-                    env.flush_and_sync()?;
-                }
-                Ok::<(), Error>(())
-            })();
-            states.push(state);
-            if let Err(e) = step {
-                if !crash_support::is_power_loss(&e) {
-                    common::summary(&format!("table workload failed: {e}"));
-                }
-                break;
             }
-            acked += 1;
-        }
-        (states, acked)
+            Ok(())
+        })
     };
-    let dry = SimStorage::new(0x7AB1);
-    let (_, acked) = run(&dry);
-    assert_eq!(acked, COMMITS as usize);
-    let ops = dry.ops_count();
-    let mut crash_states = 0;
-    for op in 0..ops {
-        let sim = SimStorage::new(0x7AB1);
-        sim.crash_at(op);
-        let (states, acked) = run(&sim);
-        for (damage, salt) in DAMAGE_VARIANTS {
-            let disk = sim.power_cut_salted(damage, salt);
-            let env = Environment::open_with_storage(Arc::new(disk), options.clone())
-                .unwrap_or_else(|e| panic!("op {op} {damage:?}: reopen failed: {e}"));
+    let (states, ops) =
+        crash_support::power_loss_at_every_operation(0x7AB1, &options, &run, &|env| {
             let rtx = env.begin_read().expect("read");
-            let found: State = match rtx.open_table("t", &schema) {
+            match rtx.open_table("t", &schema) {
                 Ok(t) => t
                     .scan()
                     .expect("scan")
@@ -459,20 +424,10 @@ fn power_loss_recovers_a_committed_state() {
                     })
                     .collect(),
                 Err(Error::TreeNotFound { .. }) => State::new(),
-                Err(e) => panic!("op {op} {damage:?}: {e}"),
-            };
-            drop(rtx);
-            assert!(
-                (acked..states.len()).any(|j| states[j] == found),
-                "op {op} {damage:?}: recovered a state that is not one of commits {acked}..{}",
-                states.len() - 1
-            );
-            env.check()
-                .unwrap_or_else(|e| panic!("op {op} {damage:?}: check: {e}"));
-            crash_states += 1;
-        }
-    }
+                Err(e) => panic!("{e}"),
+            }
+        });
     common::summary(&format!(
-        "table power loss: {crash_states} crash states over {ops} operations"
+        "table power loss: {states} crash states over {ops} operations"
     ));
 }

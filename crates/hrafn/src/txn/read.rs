@@ -37,15 +37,9 @@ impl<'env> ReadTxn<'env> {
     /// [`Error::TreeNotFound`] if it does not exist; corruption.
     pub fn open_tree(&self, name: &str) -> Result<Tree<'_>> {
         let src: &State = &self.state;
-        match lookup_tree(src, name)? {
-            Some(header) => {
-                header.expect_kind(name, TreeKind::BTree)?;
-                Ok(Tree { src, header })
-            }
-            None => Err(Error::TreeNotFound {
-                name: name.to_owned(),
-            }),
-        }
+        let header = require_tree(src, name)?;
+        header.expect_kind(name, TreeKind::BTree)?;
+        Ok(Tree { src, header })
     }
 
     /// Opens the named fixed-size tree.
@@ -55,12 +49,7 @@ impl<'env> ReadTxn<'env> {
     /// B+tree; corruption.
     pub fn open_fixed_tree(&self, name: &str) -> Result<super::fixed::FixedTree<'_>> {
         let src: &State = &self.state;
-        match lookup_tree(src, name)? {
-            Some(header) => super::fixed::FixedTree::new(src, name, header),
-            None => Err(Error::TreeNotFound {
-                name: name.to_owned(),
-            }),
-        }
+        super::fixed::FixedTree::new(src, name, require_tree(src, name)?)
     }
 
     /// Opens the named multi-value tree.
@@ -70,12 +59,7 @@ impl<'env> ReadTxn<'env> {
     /// another kind of tree; corruption.
     pub fn open_multi_tree(&self, name: &str) -> Result<super::multi::MultiTree<'_>> {
         let src: &State = &self.state;
-        match lookup_tree(src, name)? {
-            Some(header) => super::multi::MultiTree::new(src, name, header),
-            None => Err(Error::TreeNotFound {
-                name: name.to_owned(),
-            }),
-        }
+        super::multi::MultiTree::new(src, name, require_tree(src, name)?)
     }
 
     /// Opens the named table, whose stored schema must be `schema`.
@@ -122,9 +106,7 @@ impl<'env> ReadTxn<'env> {
     /// # Errors
     /// [`Error::TreeNotFound`]; corruption.
     pub fn tree_handle(&self, name: &str) -> Result<TreeHandle> {
-        let header = lookup_tree(&*self.state, name)?.ok_or_else(|| Error::TreeNotFound {
-            name: name.to_owned(),
-        })?;
+        let header = require_tree(&*self.state, name)?;
         Ok(TreeHandle {
             name: name.into(),
             state: Arc::downgrade(&self.state),
@@ -172,9 +154,7 @@ impl TreeHandle {
         if std::ptr::eq(self.state.as_ptr(), Arc::as_ptr(&txn.state)) {
             return Ok(self.header);
         }
-        lookup_tree(&*txn.state, &self.name)?.ok_or_else(|| Error::TreeNotFound {
-            name: self.name.to_string(),
-        })
+        require_tree(&*txn.state, &self.name)
     }
 
     /// The tree's name.
@@ -232,6 +212,13 @@ pub(crate) fn lookup_tree<'a, S: PageSource<'a>>(src: S, name: &str) -> Result<O
         Some(bytes) => Ok(Some(TreeHeader::decode(bytes, root.root_page)?)),
         None => Ok(None),
     }
+}
+
+/// A named tree's header, or [`Error::TreeNotFound`].
+pub(crate) fn require_tree<'a, S: PageSource<'a>>(src: S, name: &str) -> Result<TreeHeader> {
+    lookup_tree(src, name)?.ok_or_else(|| Error::TreeNotFound {
+        name: name.to_owned(),
+    })
 }
 
 /// Names of all trees.

@@ -185,14 +185,7 @@ impl<'env> WriteTxn<'env> {
         let mut view = self.load_table(header, stored)?;
         // Drop every old index (global ones: remove this table's entries), then build the
         // new ones from the records.
-        let records: Vec<(u64, Vec<Vec<u8>>)> = view
-            .scan(&*self)?
-            .map(|e| e.map(|(id, r)| (id, r.fields().iter().map(|f| f.to_vec()).collect())))
-            .collect::<Result<_>>()?;
-        for (id, fields) in &records {
-            let fields: Vec<&[u8]> = fields.iter().map(Vec::as_slice).collect();
-            table::write::unindex(self, &mut view, name, &fields, *id, true)?;
-        }
+        let records = self.unindex_globally(name, &mut view)?;
         self.store_globals(&view)?;
         // Local trees are dropped whole, as stored (nothing changed them above).
         for index in stored.indexes.iter().filter(|i| !i.global) {
@@ -290,6 +283,24 @@ impl<'env> WriteTxn<'env> {
         Ok(())
     }
 
+    /// Takes every record of a table out of its global indexes; returns the records (id,
+    /// fields).
+    fn unindex_globally(
+        &mut self,
+        name: &str,
+        view: &mut TableView,
+    ) -> Result<Vec<(u64, Vec<Vec<u8>>)>> {
+        let records: Vec<(u64, Vec<Vec<u8>>)> = view
+            .scan(&*self)?
+            .map(|e| e.map(|(id, r)| (id, r.fields().iter().map(|f| f.to_vec()).collect())))
+            .collect::<Result<_>>()?;
+        for (id, fields) in &records {
+            let fields: Vec<&[u8]> = fields.iter().map(Vec::as_slice).collect();
+            table::write::unindex(self, view, name, &fields, *id, true)?;
+        }
+        Ok(records)
+    }
+
     /// Before a table is deleted: takes its records out of its global indexes (its own
     /// trees and pages go with it).
     pub(crate) fn unindex_table_globally(&mut self, name: &str, header: TreeHeader) -> Result<()> {
@@ -302,14 +313,7 @@ impl<'env> WriteTxn<'env> {
             return Ok(());
         }
         let mut view = self.load_table(header, &stored)?;
-        let records: Vec<(u64, Vec<Vec<u8>>)> = view
-            .scan(&*self)?
-            .map(|e| e.map(|(id, r)| (id, r.fields().iter().map(|f| f.to_vec()).collect())))
-            .collect::<Result<_>>()?;
-        for (id, fields) in &records {
-            let fields: Vec<&[u8]> = fields.iter().map(Vec::as_slice).collect();
-            table::write::unindex(self, &mut view, name, &fields, *id, true)?;
-        }
+        self.unindex_globally(name, &mut view)?;
         self.store_globals(&view)
     }
 
@@ -494,20 +498,29 @@ fn id_of(bytes: &[u8], page_number: u64) -> Result<u64> {
         .map_err(|_| crate::page::corrupt(page_number, "index value is not a record id"))
 }
 
+/// The kind and tree of index `name` (of `kind`, if given).
+fn index_tree(
+    view: &TableView,
+    name: &str,
+    kind: Option<IndexKind>,
+) -> Result<(IndexKind, TreeHeader)> {
+    view.schema
+        .indexes
+        .iter()
+        .zip(&view.indexes)
+        .find(|(i, _)| i.name == name && kind.is_none_or(|k| k == i.kind))
+        .map(|(i, tree)| (i.kind, *tree))
+        .ok_or_else(|| Error::InvalidArgument(format!("no index {name:?} of that kind")))
+}
+
 fn index_ids<'a, S: PageSource<'a>>(
     src: S,
     view: &TableView,
     index: &str,
     key: &[u8],
 ) -> Result<Vec<u64>> {
-    let slot = view
-        .schema
-        .indexes
-        .iter()
-        .position(|i| i.name == index)
-        .ok_or_else(|| Error::InvalidArgument(format!("no index named {index:?}")))?;
-    let tree = view.indexes[slot];
-    match view.schema.indexes[slot].kind {
+    let (kind, tree) = index_tree(view, index, None)?;
+    match kind {
         IndexKind::Variable => Values::new(src, tree.root_page, key)?
             .map(|v| v.and_then(|v| id_of(v, tree.root_page)))
             .collect(),
@@ -533,9 +546,7 @@ pub struct Table<'t> {
 
 impl<'t> Table<'t> {
     pub(crate) fn open(src: &'t State, name: &str, schema: &Schema) -> Result<Table<'t>> {
-        let header = super::read::lookup_tree(src, name)?.ok_or_else(|| Error::TreeNotFound {
-            name: name.to_owned(),
-        })?;
+        let header = super::read::require_tree(src, name)?;
         header.expect_kind(name, TreeKind::Table)?;
         let view = TableView::load(src, header, &mut |index| {
             let tree = super::read::lookup_tree(src, &index.name)?
@@ -591,14 +602,7 @@ impl<'t> Table<'t> {
         index: &str,
         range: R,
     ) -> Result<Vec<(Vec<u8>, u64)>> {
-        let slot = self
-            .view
-            .schema
-            .indexes
-            .iter()
-            .position(|i| i.name == index && i.kind == IndexKind::Variable)
-            .ok_or_else(|| Error::InvalidArgument(format!("no variable index named {index:?}")))?;
-        let tree = self.view.indexes[slot];
+        let (_, tree) = index_tree(&self.view, index, Some(IndexKind::Variable))?;
         let (start, end) = super::read::bounds(&range);
         let mut out = Vec::new();
         for key in Range::new(self.src, tree.root_page, start, end)? {
@@ -619,14 +623,7 @@ impl<'t> Table<'t> {
         index: &str,
         range: impl RangeBounds<u64>,
     ) -> Result<Vec<(u64, u64)>> {
-        let slot = self
-            .view
-            .schema
-            .indexes
-            .iter()
-            .position(|i| i.name == index && i.kind == IndexKind::Fixed)
-            .ok_or_else(|| Error::InvalidArgument(format!("no fixed index named {index:?}")))?;
-        let tree = self.view.indexes[slot];
+        let (_, tree) = index_tree(&self.view, index, Some(IndexKind::Fixed))?;
         FixedRange::new(self.src, tree.root_page, 8, range)?
             .map(|e| e.and_then(|(k, v)| Ok((k, id_of(v, tree.root_page)?))))
             .collect()

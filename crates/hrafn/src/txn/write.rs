@@ -285,18 +285,24 @@ impl<'env> WriteTxn<'env> {
         match self.find_tree(name)? {
             Some(i) => self.set_tree_header(i, header),
             None => {
-                self.trees.push(OpenTree {
-                    name: name.into(),
-                    parent: None,
-                    header,
-                    changed: true,
-                    append_hint: None,
-                    fixed_append_hint: None,
-                    embedded: None,
-                });
+                self.push_new_named(name, header);
                 Ok(())
             }
         }
+    }
+
+    /// Registers a named tree made in this transaction; returns its index.
+    fn push_new_named(&mut self, name: &str, header: TreeHeader) -> usize {
+        self.trees.push(OpenTree {
+            name: name.into(),
+            parent: None,
+            header,
+            changed: true,
+            append_hint: None,
+            fixed_append_hint: None,
+            embedded: None,
+        });
+        self.trees.len() - 1
     }
 
     /// [`WriteTxn::tree_index`] for the table code.
@@ -311,16 +317,7 @@ impl<'env> WriteTxn<'env> {
             return Ok(i);
         }
         let header = create_tree(self, kind)?;
-        self.trees.push(OpenTree {
-            name: name.into(),
-            parent: None,
-            header,
-            changed: true,
-            append_hint: None,
-            fixed_append_hint: None,
-            embedded: None,
-        });
-        Ok(self.trees.len() - 1)
+        Ok(self.push_new_named(name, header))
     }
 
     /// Opens the tree nested under `key` of open tree `parent` as `kind`, creating it (and

@@ -906,3 +906,85 @@ where
     });
     total.into_inner().expect("tally lock")
 }
+
+/// Power loss at every storage operation of a structure's workload, under every damage
+/// variant. `run` replays the workload on a simulated disk (deterministic for `seed`) and
+/// returns the state after each commit (the first: before any) and how many commits were
+/// acknowledged; `read` reads the state back from a reopened environment. Every recovered
+/// state must be one between the last acknowledged commit and the last submitted one, and
+/// the integrity check must pass. Returns (crash states, storage operations).
+pub fn power_loss_at_every_operation<M: PartialEq + std::fmt::Debug>(
+    seed: u64,
+    options: &Options,
+    run: &dyn Fn(&SimStorage) -> (Vec<M>, usize),
+    read: &dyn Fn(&Environment) -> M,
+) -> (u64, u64) {
+    let dry = SimStorage::new(seed);
+    let (models, acked) = run(&dry);
+    assert_eq!(
+        acked + 1,
+        models.len(),
+        "the uncrashed workload commits every step"
+    );
+    let ops = dry.ops_count();
+    let mut states = 0;
+    for op in 0..ops {
+        let sim = SimStorage::new(seed);
+        sim.crash_at(op);
+        let (models, acked) = run(&sim);
+        for (damage, salt) in DAMAGE_VARIANTS {
+            let disk = sim.power_cut_salted(damage, salt);
+            let env = Environment::open_with_storage(Arc::new(disk), options.clone())
+                .unwrap_or_else(|e| panic!("op {op} {damage:?}: reopen failed: {e}"));
+            let found = read(&env);
+            assert!(
+                (acked..models.len()).any(|j| models[j] == found),
+                "op {op} {damage:?}: recovered a state that is not one of commits {acked}..{}",
+                models.len() - 1
+            );
+            env.check()
+                .unwrap_or_else(|e| panic!("op {op} {damage:?}: check: {e}"));
+            states += 1;
+        }
+    }
+    (states, ops)
+}
+
+/// Runs `commits` write transactions of `step` on an environment over `sim`, syncing the
+/// data file after every `sync_every`-th, and returns the model after each commit (the
+/// first: the empty model) and how many were acknowledged. A failure ends the run; one
+/// that is not the simulated power loss is printed, since it would be a bug.
+pub fn run_commits<M: Clone + Default>(
+    sim: &SimStorage,
+    options: &Options,
+    commits: u64,
+    sync_every: u64,
+    step: &dyn Fn(&mut hrafn::WriteTxn<'_>, u64, &mut M) -> hrafn::Result<()>,
+) -> (Vec<M>, usize) {
+    let mut models = vec![M::default()];
+    let Ok(env) = Environment::open_with_storage(Arc::new(sim.clone()), options.clone()) else {
+        return (models, 0);
+    };
+    let mut acked = 0;
+    for txn in 0..commits {
+        let mut model = models.last().expect("model").clone();
+        let done = (|| {
+            let mut wtx = env.begin_write()?;
+            step(&mut wtx, txn, &mut model)?;
+            wtx.commit()?;
+            if txn % sync_every == sync_every - 1 {
+                env.flush_and_sync()?;
+            }
+            Ok::<(), Error>(())
+        })();
+        models.push(model);
+        if let Err(e) = done {
+            if !is_power_loss(&e) {
+                summary(&format!("workload failed: {e}"));
+            }
+            break;
+        }
+        acked += 1;
+    }
+    (models, acked)
+}
