@@ -150,6 +150,10 @@ pub enum Error {
     /// asked for.
     #[error("table {table:?} has another schema: {reason}")]
     SchemaMismatch { table: String, reason: String },
+    /// Stored bytes did not decode as the type a typed handle expects (`hrafn::typed`), or a
+    /// value did not encode.
+    #[error("cannot decode {what}")]
+    Decode { what: String },
 }
 
 impl Error {
@@ -266,6 +270,7 @@ impl Error {
                 table: table.clone(),
                 reason: reason.clone(),
             },
+            Error::Decode { what } => Error::Decode { what: what.clone() },
         }
     }
 

@@ -51,6 +51,8 @@ pub mod storage;
 mod sync;
 pub mod table;
 mod txn;
+#[cfg(feature = "typed")]
+pub mod typed;
 
 pub use check::CheckReport;
 pub use env::{DATA_FILE, Durability, Environment, Options, Stats};
