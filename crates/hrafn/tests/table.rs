@@ -139,15 +139,15 @@ fn random_operations_match_the_model() {
     };
     let (mut cases, mut moved_by_update, mut moved_by_others, mut seq) = (0u64, 0u64, 0u64, 0u64);
     let mut peak_pages = 0;
-    for txn in 0..80u64 {
+    for txn in 0..100u64 {
         let mut wtx = env.begin_write().expect("write");
         let mut changed = model.clone();
         let mut changed_gone = gone.clone();
         {
             let mut t = wtx.open_table("t", &schema()).expect("open");
             // Grow early, shrink late, so pages fill, thin out and are freed.
-            let insert_percent = if txn < 40 { 60 } else { 15 };
-            for _ in 0..(20 + next() % 120) {
+            let insert_percent = if txn < 50 { 60 } else { 15 };
+            for _ in 0..(40 + next() % 160) {
                 cases += 1;
                 let op = next() % 100;
                 let pks: Vec<Vec<u8>> = changed.keys().cloned().collect();
@@ -214,7 +214,7 @@ fn random_operations_match_the_model() {
             assert_same(&env, &model, &gone);
         }
     }
-    assert!(cases >= 5_000, "{cases} cases");
+    assert!(cases >= 10_000, "{cases} cases");
     assert!(moved_by_update > 0, "no update moved its record");
     assert!(moved_by_others > 0, "no record moved for compaction");
     common::summary(&format!(
