@@ -114,6 +114,14 @@ impl<'env> ReadTxn<'env> {
         })
     }
 
+    /// The stored header of the named tree: its kind and entry count.
+    ///
+    /// # Errors
+    /// [`Error::TreeNotFound`]; corruption.
+    pub fn tree_header(&self, name: &str) -> Result<TreeHeader> {
+        require_tree(&*self.state, name)
+    }
+
     /// Names of all trees, in order.
     ///
     /// # Errors

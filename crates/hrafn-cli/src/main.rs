@@ -1,0 +1,405 @@
+//! `hrafn`: inspect, check and read a Hrafn environment, also while another process has it
+//! open for writing (every command opens read-only).
+//!
+//! Exit codes: 0 success; 1 the thing asked for is not there (a tree, a key) or the check
+//! found damage; 2 bad usage; 3 any other error (unreadable directory, I/O).
+
+use clap::{Parser, Subcommand, ValueEnum};
+use hrafn::btree::TreeKind;
+use hrafn::{Environment, Error, Options};
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "hrafn",
+    version,
+    about = "Inspect, check and read a Hrafn environment"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Facts about the environment: last commit, data file size, trees, entries, pages.
+    Stat { dir: PathBuf },
+    /// Verifies every page, tree and table and the free-space accounting.
+    Check { dir: PathBuf },
+    /// Lists the named trees with their kind and entry count.
+    Trees { dir: PathBuf },
+    /// Prints the value of one key of a B+tree (or of a fixed-size tree: a decimal key).
+    Get {
+        dir: PathBuf,
+        tree: String,
+        key: String,
+        /// The key is hex, not text.
+        #[arg(long)]
+        hex_key: bool,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
+    /// Prints the entries of a tree: all, a key range, or a prefix (B+trees and multi-value
+    /// trees: text keys; fixed-size trees: decimal keys).
+    Scan {
+        dir: PathBuf,
+        tree: String,
+        /// First key (included).
+        #[arg(long)]
+        from: Option<String>,
+        /// Last key (excluded).
+        #[arg(long)]
+        to: Option<String>,
+        /// Only keys starting with this (B+trees and multi-value trees).
+        #[arg(long, conflicts_with_all = ["from", "to"])]
+        prefix: Option<String>,
+        /// At most this many entries.
+        #[arg(long)]
+        limit: Option<usize>,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
+}
+
+/// How keys and values are printed.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Format {
+    /// Printable bytes as they are, others as `\xNN`; key and value separated by a tab.
+    Text,
+    /// Lowercase hex; key and value separated by a tab.
+    Hex,
+    /// One JSON object per line: {"key": ..., "value": ...}, bytes as text if UTF-8, else
+    /// as {"hex": ...}.
+    Json,
+}
+
+/// A command's failure: what to say and the exit code.
+struct Failure {
+    code: u8,
+    message: String,
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Failure {
+        let code = match e {
+            Error::TreeNotFound { .. } => 1,
+            Error::Corruption { .. } => 1,
+            _ => 3,
+        };
+        Failure {
+            code,
+            message: e.to_string(),
+        }
+    }
+}
+
+impl From<std::io::Error> for Failure {
+    fn from(e: std::io::Error) -> Failure {
+        // A closed pipe (`hrafn scan ... | head`) ends the output; it is not an error.
+        let code = if e.kind() == std::io::ErrorKind::BrokenPipe {
+            0
+        } else {
+            3
+        };
+        Failure {
+            code,
+            message: format!("writing output: {e}"),
+        }
+    }
+}
+
+fn fail(code: u8, message: impl Into<String>) -> Failure {
+    Failure {
+        code,
+        message: message.into(),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let mut out = std::io::stdout().lock();
+    match run(cli.command, &mut out) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) if f.code == 0 => ExitCode::SUCCESS,
+        Err(f) => {
+            let _ = out.flush();
+            eprintln!("hrafn: {}", f.message);
+            ExitCode::from(f.code)
+        }
+    }
+}
+
+fn open(dir: &PathBuf) -> Result<Environment, Failure> {
+    if !dir.is_dir() {
+        return Err(fail(
+            3,
+            format!(
+                "{}: not a directory (an environment is a directory)",
+                dir.display()
+            ),
+        ));
+    }
+    Environment::open_read_only(dir, Options::default())
+        .map_err(|e| fail(3, format!("opening {}: {e}", dir.display())))
+}
+
+fn run(command: Command, out: &mut impl Write) -> Result<(), Failure> {
+    match command {
+        Command::Stat { dir } => stat(&open(&dir)?, out),
+        Command::Check { dir } => {
+            let env = open(&dir)?;
+            let report = env.check()?;
+            writeln!(
+                out,
+                "ok: {} trees ({} nested, {} embedded), {} entries, {} pages in use, {} free, \
+                 high-water mark {}",
+                report.tree_count,
+                report.nested_tree_count,
+                report.embedded_tree_count,
+                report.entry_count,
+                report.used_pages,
+                report.free_pages,
+                report.next_page_number
+            )?;
+            Ok(())
+        }
+        Command::Trees { dir } => {
+            let env = open(&dir)?;
+            let rtx = env.begin_read()?;
+            for name in rtx.list_trees()? {
+                let header = rtx.tree_header(&name)?;
+                writeln!(
+                    out,
+                    "{name}\t{}\t{}",
+                    kind_name(header.kind),
+                    header.entry_count
+                )?;
+            }
+            Ok(())
+        }
+        Command::Get {
+            dir,
+            tree,
+            key,
+            hex_key,
+            format,
+        } => {
+            let env = open(&dir)?;
+            let rtx = env.begin_read()?;
+            let key = if hex_key {
+                from_hex(&key)?
+            } else {
+                key.into_bytes()
+            };
+            let value = match rtx.tree_header(&tree)?.kind {
+                TreeKind::Fixed { .. } => {
+                    let n = decimal(&key)?;
+                    rtx.open_fixed_tree(&tree)?.get(n)?
+                }
+                _ => rtx.open_tree(&tree)?.get(&key)?,
+            };
+            match value {
+                Some(v) => print_one(out, format, None, v),
+                None => Err(fail(1, "no such key")),
+            }
+        }
+        Command::Scan {
+            dir,
+            tree,
+            from,
+            to,
+            prefix,
+            limit,
+            format,
+        } => {
+            let env = open(&dir)?;
+            scan(
+                &env,
+                &tree,
+                from,
+                to,
+                prefix,
+                limit.unwrap_or(usize::MAX),
+                format,
+                out,
+            )
+        }
+    }
+}
+
+fn stat(env: &Environment, out: &mut impl Write) -> Result<(), Failure> {
+    let stats = env.stats();
+    let rtx = env.begin_read()?;
+    let trees = rtx.list_trees()?;
+    writeln!(out, "last commit\t{}", stats.txn_id)?;
+    writeln!(out, "synced commit\t{}", stats.synced_txn_id)?;
+    writeln!(out, "data file bytes\t{}", stats.data_file_size_bytes)?;
+    writeln!(out, "trees\t{}", trees.len())?;
+    let mut entries = 0;
+    for name in &trees {
+        entries += rtx.tree_header(name)?.entry_count;
+    }
+    writeln!(out, "entries\t{entries}")?;
+    writeln!(
+        out,
+        "journal records replayed at open\t{}",
+        stats.recovered_records
+    )?;
+    Ok(())
+}
+
+fn kind_name(kind: TreeKind) -> String {
+    match kind {
+        TreeKind::BTree => "btree".into(),
+        TreeKind::Fixed { value_size } => format!("fixed({value_size})"),
+        TreeKind::Multi => "multi".into(),
+        TreeKind::Table => "table".into(),
+    }
+}
+
+fn decimal(key: &[u8]) -> Result<u64, Failure> {
+    std::str::from_utf8(key)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| fail(2, "a fixed-size tree's key is a decimal u64"))
+}
+
+fn from_hex(s: &str) -> Result<Vec<u8>, Failure> {
+    if s.len() % 2 != 0 {
+        return Err(fail(2, "hex of odd length"));
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(|_| fail(2, "not hex")))
+        .collect()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn text(bytes: &[u8]) -> String {
+    let mut s = String::new();
+    for &b in bytes {
+        if b.is_ascii_graphic() || b == b' ' {
+            s.push(b as char);
+        } else {
+            s.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    s
+}
+
+fn json_bytes(bytes: &[u8]) -> serde_json::Value {
+    match std::str::from_utf8(bytes) {
+        Ok(s) => serde_json::Value::String(s.to_owned()),
+        Err(_) => serde_json::json!({ "hex": hex(bytes) }),
+    }
+}
+
+/// Prints one entry (or, without a key, one value).
+fn print_one(
+    out: &mut impl Write,
+    format: Format,
+    key: Option<&[u8]>,
+    value: &[u8],
+) -> Result<(), Failure> {
+    match (format, key) {
+        (Format::Text, Some(k)) => writeln!(out, "{}\t{}", text(k), text(value))?,
+        (Format::Text, None) => writeln!(out, "{}", text(value))?,
+        (Format::Hex, Some(k)) => writeln!(out, "{}\t{}", hex(k), hex(value))?,
+        (Format::Hex, None) => writeln!(out, "{}", hex(value))?,
+        (Format::Json, Some(k)) => writeln!(
+            out,
+            "{}",
+            serde_json::json!({ "key": json_bytes(k), "value": json_bytes(value) })
+        )?,
+        (Format::Json, None) => {
+            writeln!(out, "{}", serde_json::json!({ "value": json_bytes(value) }))?
+        }
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn scan(
+    env: &Environment,
+    tree: &str,
+    from: Option<String>,
+    to: Option<String>,
+    prefix: Option<String>,
+    limit: usize,
+    format: Format,
+    out: &mut impl Write,
+) -> Result<(), Failure> {
+    use std::ops::Bound;
+    let rtx = env.begin_read()?;
+    let kind = rtx.tree_header(tree)?.kind;
+    if let TreeKind::Fixed { .. } = kind {
+        if prefix.is_some() {
+            return Err(fail(
+                2,
+                "a fixed-size tree has numeric keys: use --from and --to",
+            ));
+        }
+        let start = from.map(|s| decimal(s.as_bytes())).transpose()?;
+        let end = to.map(|s| decimal(s.as_bytes())).transpose()?;
+        let range = (
+            start.map_or(Bound::Unbounded, Bound::Included),
+            end.map_or(Bound::Unbounded, Bound::Excluded),
+        );
+        for entry in rtx.open_fixed_tree(tree)?.range(range)?.take(limit) {
+            let (k, v) = entry?;
+            print_one(out, format, Some(k.to_string().as_bytes()), v)?;
+        }
+        return Ok(());
+    }
+    let (start, end) = match prefix {
+        Some(p) => {
+            let mut end = p.clone().into_bytes();
+            // The smallest key above every key with the prefix.
+            while end.last() == Some(&0xFF) {
+                end.pop();
+            }
+            let end = match end.last_mut() {
+                Some(last) => {
+                    *last += 1;
+                    Bound::Excluded(end)
+                }
+                None => Bound::Unbounded,
+            };
+            (Bound::Included(p.into_bytes()), end)
+        }
+        None => (
+            from.map_or(Bound::Unbounded, |s| Bound::Included(s.into_bytes())),
+            to.map_or(Bound::Unbounded, |s| Bound::Excluded(s.into_bytes())),
+        ),
+    };
+    match kind {
+        TreeKind::Multi => {
+            let m = rtx.open_multi_tree(tree)?;
+            let mut printed = 0;
+            for key in m.keys((start, end))? {
+                let key = key?;
+                for value in m.values(key)? {
+                    if printed == limit {
+                        return Ok(());
+                    }
+                    print_one(out, format, Some(key), value?)?;
+                    printed += 1;
+                }
+            }
+            Ok(())
+        }
+        TreeKind::Table => Err(fail(2, "scanning tables is not supported yet; use `check`")),
+        _ => {
+            for entry in rtx.open_tree(tree)?.range((start, end))?.take(limit) {
+                let (k, v) = entry?;
+                print_one(out, format, Some(k), v)?;
+            }
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,122 @@
+//! The `hrafn` binary against a real environment: every command's output and exit code,
+//! while another handle holds the environment open for writing.
+
+use hrafn::{Environment, Options};
+use std::process::{Command, Output};
+
+fn hrafn(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hrafn"))
+        .args(args)
+        .output()
+        .expect("run hrafn")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8(o.stdout.clone()).expect("utf-8 output")
+}
+
+/// An environment with a B+tree, a fixed-size tree and a multi-value tree, kept open for
+/// writing while the tests run the tool on it.
+fn fixture() -> (tempfile::TempDir, Environment) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = Environment::open(dir.path(), Options::default()).expect("open");
+    let mut wtx = env.begin_write().expect("write");
+    {
+        let mut users = wtx.open_tree("users").expect("open");
+        users.insert(b"alice", b"admin").expect("insert");
+        users.insert(b"bob", b"reader").expect("insert");
+        users.insert(b"carol", b"\x00\xffbinary").expect("insert");
+    }
+    {
+        let mut series = wtx.open_fixed_tree("cpu", 8).expect("open");
+        for t in 0..5u64 {
+            series
+                .insert(t * 10, &(t as f64).to_le_bytes())
+                .expect("insert");
+        }
+    }
+    {
+        let mut by_role = wtx.open_multi_tree("by-role").expect("open");
+        by_role.add(b"admin", b"alice").expect("add");
+        by_role.add(b"reader", b"bob").expect("add");
+        by_role.add(b"reader", b"carol").expect("add");
+    }
+    wtx.commit().expect("commit");
+    (dir, env)
+}
+
+#[test]
+fn read_commands_print_what_is_stored() {
+    let (dir, _writer) = fixture();
+    let d = dir.path().to_str().expect("utf-8 path");
+
+    let trees = hrafn(&["trees", d]);
+    assert!(trees.status.success(), "{trees:?}");
+    assert_eq!(
+        stdout(&trees),
+        "by-role\tmulti\t2\ncpu\tfixed(8)\t5\nusers\tbtree\t3\n"
+    );
+
+    let get = hrafn(&["get", d, "users", "bob"]);
+    assert!(get.status.success());
+    assert_eq!(stdout(&get), "reader\n");
+    let get = hrafn(&["get", d, "users", "carol", "--format", "hex"]);
+    assert_eq!(stdout(&get), "00ff62696e617279\n");
+    let get = hrafn(&["get", d, "users", "616c696365", "--hex-key"]);
+    assert_eq!(stdout(&get), "admin\n");
+
+    let scan = hrafn(&["scan", d, "users", "--prefix", "b"]);
+    assert_eq!(stdout(&scan), "bob\treader\n");
+    let scan = hrafn(&["scan", d, "users", "--from", "b", "--format", "json"]);
+    assert_eq!(
+        stdout(&scan),
+        "{\"key\":\"bob\",\"value\":\"reader\"}\n{\"key\":\"carol\",\"value\":{\"hex\":\"00ff62696e617279\"}}\n"
+    );
+    let scan = hrafn(&["scan", d, "users", "--format", "text", "--limit", "1"]);
+    assert_eq!(stdout(&scan), "alice\tadmin\n");
+    let scan = hrafn(&["scan", d, "users", "--from", "carol"]);
+    assert_eq!(stdout(&scan), "carol\t\\x00\\xffbinary\n");
+
+    let scan = hrafn(&[
+        "scan", d, "cpu", "--from", "10", "--to", "40", "--format", "hex",
+    ]);
+    assert_eq!(stdout(&scan).lines().count(), 3);
+    assert!(stdout(&scan).starts_with("3130\t000000000000f03f\n"));
+    let scan = hrafn(&["scan", d, "by-role", "--prefix", "reader"]);
+    assert_eq!(stdout(&scan), "reader\tbob\nreader\tcarol\n");
+
+    let check = hrafn(&["check", d]);
+    assert!(check.status.success(), "{check:?}");
+    assert!(
+        stdout(&check).starts_with("ok: 3 trees"),
+        "{}",
+        stdout(&check)
+    );
+    let stat = hrafn(&["stat", d]);
+    assert!(stat.status.success());
+    assert!(stdout(&stat).contains("trees\t3\n"), "{}", stdout(&stat));
+}
+
+#[test]
+fn failures_have_exit_codes_and_messages() {
+    let (dir, _writer) = fixture();
+    let d = dir.path().to_str().expect("utf-8 path");
+    let missing_key = hrafn(&["get", d, "users", "zed"]);
+    assert_eq!(missing_key.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&missing_key.stderr).contains("no such key"));
+    let missing_tree = hrafn(&["scan", d, "nope"]);
+    assert_eq!(missing_tree.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&missing_tree.stderr).contains("does not exist"));
+    let bad_key = hrafn(&["get", d, "cpu", "ten"]);
+    assert_eq!(bad_key.status.code(), Some(2));
+    let usage = hrafn(&["scan"]);
+    assert_eq!(usage.status.code(), Some(2));
+    let file = dir.path().join(hrafn::DATA_FILE);
+    assert!(file.is_file());
+    let not_dir = hrafn(&["trees", file.to_str().expect("utf-8")]);
+    assert_eq!(not_dir.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&not_dir.stderr).contains("an environment is a directory"));
+    let empty = tempfile::tempdir().expect("tempdir");
+    let nothing = hrafn(&["trees", empty.path().to_str().expect("utf-8")]);
+    assert_eq!(nothing.status.code(), Some(3), "{nothing:?}");
+}
