@@ -4,6 +4,8 @@
 //! Exit codes: 0 success; 1 the thing asked for is not there (a tree, a key) or the check
 //! found damage; 2 bad usage; 3 any other error (unreadable directory, I/O).
 
+mod dump;
+
 use clap::{Parser, Subcommand, ValueEnum};
 use hrafn::btree::TreeKind;
 use hrafn::{Environment, Error, Options};
@@ -61,6 +63,11 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
     },
+    /// Writes every tree, nested tree and table as portable text (`docs/dump.md`) to
+    /// standard output.
+    Dump { dir: PathBuf },
+    /// Reads a dump from standard input into the environment (made if missing).
+    Load { dir: PathBuf },
 }
 
 /// How keys and values are printed.
@@ -76,7 +83,7 @@ enum Format {
 }
 
 /// A command's failure: what to say and the exit code.
-struct Failure {
+pub(crate) struct Failure {
     code: u8,
     message: String,
 }
@@ -110,7 +117,7 @@ impl From<std::io::Error> for Failure {
     }
 }
 
-fn fail(code: u8, message: impl Into<String>) -> Failure {
+pub(crate) fn fail(code: u8, message: impl Into<String>) -> Failure {
     Failure {
         code,
         message: message.into(),
@@ -204,6 +211,14 @@ fn run(command: Command, out: &mut impl Write) -> Result<(), Failure> {
                 Some(v) => print_one(out, format, None, v),
                 None => Err(fail(1, "no such key")),
             }
+        }
+        Command::Dump { dir } => dump::dump(&open(&dir)?, out),
+        Command::Load { dir } => {
+            let env = Environment::open(&dir, Options::default())
+                .map_err(|e| fail(3, format!("opening {}: {e}", dir.display())))?;
+            let loaded = dump::load(&env, std::io::stdin().lock())?;
+            eprintln!("loaded {loaded} entries and records");
+            Ok(())
         }
         Command::Scan {
             dir,

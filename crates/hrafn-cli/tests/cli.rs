@@ -120,3 +120,89 @@ fn failures_have_exit_codes_and_messages() {
     let nothing = hrafn(&["trees", empty.path().to_str().expect("utf-8")]);
     assert_eq!(nothing.status.code(), Some(3), "{nothing:?}");
 }
+
+#[test]
+fn a_dump_loads_back_into_an_identical_database() {
+    use hrafn::table::Schema;
+    let (dir, writer) = fixture();
+    let mut wtx = writer.begin_write().expect("write");
+    {
+        let mut series = wtx.open_tree("series").expect("open");
+        series.insert(b"plain", b"").expect("insert");
+        {
+            let mut host = series.open_tree(b"host-a").expect("nested");
+            host.insert(b"os", b"linux").expect("insert");
+            let mut cpu = host.open_fixed_tree(b"cpu", 8).expect("nested fixed");
+            for t in 0..100u64 {
+                cpu.insert(t, &t.to_le_bytes()).expect("insert"); // spills into pages
+            }
+        }
+        {
+            let mut small = series.open_fixed_tree(b"small", 4).expect("embedded");
+            small.insert(7, b"abcd").expect("insert");
+        }
+        series.open_fixed_tree(b"empty", 2).expect("empty embedded");
+        let mut tags = series.open_multi_tree(b"tags").expect("nested multi");
+        tags.add(b"env", b"prod").expect("add");
+        tags.add(b"env", b"eu").expect("add");
+    }
+    {
+        let schema = Schema::new(3)
+            .primary_key(0)
+            .index("by-city", &[1])
+            .global_index("everywhere", &[1]);
+        let mut people = wtx.open_table("people", &schema).expect("table");
+        people.insert(&[b"ada", b"London", b""]).expect("insert");
+        people
+            .insert(&[b"alan", b"London", &[9u8; 5_000]])
+            .expect("insert"); // overflow
+        people
+            .insert(&[b"grace", b"Arlington", b"\x00"])
+            .expect("insert");
+    }
+    wtx.commit().expect("commit");
+    let d = dir.path().to_str().expect("utf-8 path");
+    let first = hrafn(&["dump", d]);
+    assert!(first.status.success(), "{first:?}");
+    let text = stdout(&first);
+    assert!(text.starts_with("hrafn-dump 1\n"));
+
+    let copy = tempfile::tempdir().expect("tempdir");
+    let c = copy.path().to_str().expect("utf-8 path");
+    let mut load = Command::new(env!("CARGO_BIN_EXE_hrafn"))
+        .args(["load", c])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn load");
+    {
+        use std::io::Write;
+        let mut stdin = load.stdin.take().expect("stdin");
+        stdin.write_all(text.as_bytes()).expect("feed the dump");
+    }
+    let loaded = load.wait_with_output().expect("load");
+    assert!(loaded.status.success(), "{loaded:?}");
+    let second = hrafn(&["dump", c]);
+    assert_eq!(stdout(&second), text, "the copy dumps the same");
+    let check = hrafn(&["check", c]);
+    assert!(check.status.success(), "{check:?}");
+    assert_eq!(stdout(&hrafn(&["trees", c])), stdout(&hrafn(&["trees", d])));
+
+    // A damaged dump is refused with its line number.
+    let mut bad = Command::new(env!("CARGO_BIN_EXE_hrafn"))
+        .args(["load", c])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn load");
+    {
+        use std::io::Write;
+        let mut stdin = bad.stdin.take().expect("stdin");
+        stdin
+            .write_all(b"hrafn-dump 1\ntree 7573657273 btree\nentry zz 00\nend\n")
+            .expect("feed");
+    }
+    let refused = bad.wait_with_output().expect("load");
+    assert_eq!(refused.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("line 3"));
+}

@@ -105,6 +105,11 @@ impl Schema {
         self.field_count
     }
 
+    /// The primary key's field, if there is one.
+    pub fn primary_key_field(&self) -> Option<u16> {
+        self.primary_key
+    }
+
     /// The indexes, in definition order.
     pub fn indexes(&self) -> &[IndexDef] {
         &self.indexes

@@ -122,6 +122,18 @@ impl<'env> ReadTxn<'env> {
         require_tree(&*self.state, name)
     }
 
+    /// The schema the named table was made with.
+    ///
+    /// # Errors
+    /// [`Error::TreeNotFound`]; [`Error::WrongTreeKind`] if it is not a table; corruption.
+    pub fn table_schema(&self, name: &str) -> Result<crate::table::Schema> {
+        let header = require_tree(&*self.state, name)?;
+        header.expect_kind(name, TreeKind::Table)?;
+        let bytes = btree::get(&*self.state, header.root_page, crate::table::keys::SCHEMA)?
+            .ok_or_else(|| crate::page::corrupt(header.root_page, "table schema missing"))?;
+        crate::table::Schema::decode(bytes, header.root_page)
+    }
+
     /// Names of all trees, in order.
     ///
     /// # Errors
@@ -342,6 +354,22 @@ impl<'t> Tree<'t> {
             src: self.src,
             header,
         })
+    }
+
+    /// The kind of tree nested under `key`, if the key holds one (in pages or embedded);
+    /// `None` for a value or an absent key.
+    ///
+    /// # Errors
+    /// Corruption.
+    pub fn nested_kind(&self, key: impl AsRef<[u8]>) -> Result<Option<TreeKind>> {
+        match btree::get_stored(self.src, self.header.root_page, key.as_ref())? {
+            Some(ValueRef::Tree(_) | ValueRef::Embedded(_)) => Ok(Some(
+                nested_tree(self.src, &self.header, key.as_ref())?
+                    .header()
+                    .kind,
+            )),
+            _ => Ok(None),
+        }
     }
 
     /// A cursor over this tree: seek, first, last, next, prev, stepping within leaves.
