@@ -294,6 +294,13 @@ fn a_global_index_is_shared_and_schemas_are_enforced() {
         Err(Error::WrongTreeKind { .. })
     ));
     wtx.commit().expect("commit");
+    // A global index goes only with the tables that use it.
+    let mut wtx = env.begin_write().expect("write");
+    assert!(matches!(
+        wtx.delete_tree("by-city"),
+        Err(Error::InvalidArgument(_))
+    ));
+    drop(wtx);
     let rtx = env.begin_read().expect("read");
     let by_city = rtx.open_multi_tree("by-city").expect("global index");
     assert_eq!(by_city.count(b"London").expect("count"), 2);

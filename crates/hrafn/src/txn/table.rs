@@ -317,6 +317,28 @@ impl<'env> WriteTxn<'env> {
         self.store_globals(&view)
     }
 
+    /// A table (open here, or stored) whose schema names `tree` as a global index.
+    pub(crate) fn table_indexed_by(&mut self, tree: &str) -> Result<Option<String>> {
+        let names_it = |schema: &Schema| schema.indexes.iter().any(|i| i.global && i.name == tree);
+        if let Some(t) = self.tables.iter().find(|t| names_it(&t.view.schema)) {
+            return Ok(Some(t.name.to_string()));
+        }
+        for name in super::read::list_trees(&*self)? {
+            let Some(header) = self.find_tree_header(&name)? else {
+                continue;
+            };
+            if header.kind != TreeKind::Table {
+                continue;
+            }
+            let stored = btree::get(&*self, header.root_page, keys::SCHEMA)?
+                .ok_or_else(|| crate::page::corrupt(header.root_page, "no schema"))?;
+            if names_it(&Schema::decode(stored, header.root_page)?) {
+                return Ok(Some(name));
+            }
+        }
+        Ok(None)
+    }
+
     /// The high-water mark as this transaction sees it.
     fn next_page_number(&self) -> u64 {
         self.meta.next_page_number

@@ -222,6 +222,11 @@ impl<'env> WriteTxn<'env> {
         if self.trees[index].header.kind == TreeKind::Table {
             let header = self.trees[index].header;
             self.unindex_table_globally(name, header)?;
+        } else if let Some(table) = self.table_indexed_by(name)? {
+            return Err(Error::InvalidArgument(format!(
+                "tree {name:?} is a global index of table {table:?}: delete or migrate the \
+                 table first"
+            )));
         }
         let index = self.find_tree(name)?.expect("found above");
         let tree = self.trees.remove(index);
