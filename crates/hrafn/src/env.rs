@@ -188,6 +188,18 @@ pub struct Stats {
     pub open_ms: u64,
 }
 
+/// An environment is a directory: a path to a file (say, the data file itself) is a
+/// mistake worth naming, not an I/O error about creating a directory.
+fn refuse_file(path: &Path) -> Result<()> {
+    if path.is_file() {
+        return Err(Error::InvalidArgument(format!(
+            "{} is a file; an environment is a directory",
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
 /// Counters updated as the engine runs.
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
@@ -364,6 +376,7 @@ impl Environment {
     /// [`Error::Locked`] if another handle has it open; [`Error::Corruption`] if the files
     /// are damaged beyond a torn journal tail; I/O errors.
     pub fn open(path: impl AsRef<Path>, options: Options) -> Result<Environment> {
+        refuse_file(path.as_ref())?;
         let storage = FileStorage::new(path.as_ref())
             .map_err(|e| Error::io(format!("creating {}", path.as_ref().display()), e))?;
         Environment::open_with_storage(Arc::new(storage), options)
@@ -525,6 +538,7 @@ impl Environment {
     /// damaged; [`Error::ReadersFull`] when 64 processes hold read-only snapshots; I/O
     /// errors. Writes on it fail with [`Error::ReadOnly`].
     pub fn open_read_only(path: impl AsRef<Path>, options: Options) -> Result<Environment> {
+        refuse_file(path.as_ref())?;
         let storage = FileStorage::existing(path.as_ref())
             .map_err(|e| Error::io(format!("opening {}", path.as_ref().display()), e))?;
         Environment::open_read_only_with_storage(Arc::new(storage), options)

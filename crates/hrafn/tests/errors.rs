@@ -195,3 +195,30 @@ fn scratch_drains_after_a_large_commit() {
     );
     assert!(stats.scratch_peak_bytes > 1 << 20, "{stats:?}");
 }
+
+#[test]
+fn a_file_is_not_an_environment() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("not-a-directory");
+    std::fs::write(&file, b"x").expect("write");
+    for opened in [
+        hrafn::Environment::open(&file, hrafn::Options::default()),
+        hrafn::Environment::open_read_only(&file, hrafn::Options::default()),
+    ] {
+        match opened {
+            Err(hrafn::Error::InvalidArgument(message)) => {
+                assert!(
+                    message.contains("an environment is a directory"),
+                    "{message}"
+                )
+            }
+            Err(other) => panic!("wrong error: {other}"),
+            Ok(_) => panic!("a file opened as an environment"),
+        }
+    }
+    assert_eq!(
+        std::fs::read(&file).expect("read"),
+        b"x",
+        "the file is untouched"
+    );
+}
