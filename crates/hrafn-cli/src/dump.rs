@@ -42,7 +42,7 @@ fn unhex(s: &str, line: usize) -> Result<Vec<u8>, Failure> {
     if s == "-" {
         return Ok(Vec::new());
     }
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return Err(bad());
     }
     (0..s.len())

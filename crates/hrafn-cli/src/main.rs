@@ -282,7 +282,7 @@ fn decimal(key: &[u8]) -> Result<u64, Failure> {
 }
 
 fn from_hex(s: &str) -> Result<Vec<u8>, Failure> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return Err(fail(2, "hex of odd length"));
     }
     (0..s.len())

@@ -21,8 +21,8 @@ pub const DIRECTORY_ENTRY_SIZE_BYTES: usize = 16;
 pub const SECTIONS_PER_DIRECTORY: u64 =
     ((PAGE_SIZE_BYTES - PAGE_HEADER_SIZE_BYTES) / DIRECTORY_ENTRY_SIZE_BYTES) as u64;
 
-const _: () = assert!((PAGE_SIZE_BYTES - PAGE_HEADER_SIZE_BYTES) % 8 == 0);
-const _: () = assert!(PAGE_HEADER_SIZE_BYTES % 8 == 0);
+const _: () = assert!((PAGE_SIZE_BYTES - PAGE_HEADER_SIZE_BYTES).is_multiple_of(8));
+const _: () = assert!(PAGE_HEADER_SIZE_BYTES.is_multiple_of(8));
 
 /// Which section holds `page_number`, and its bit in the section's bitmap.
 pub fn locate(page_number: u64) -> (u64, usize) {
@@ -114,7 +114,7 @@ pub fn set_range(page: &mut [u8], bit: usize, count: usize, free: bool) {
     let end = bit + count;
     while b < end {
         // Whole bytes at once in the middle of a long run.
-        if b % 8 == 0 && end - b >= 8 {
+        if b.is_multiple_of(8) && end - b >= 8 {
             page[PAGE_HEADER_SIZE_BYTES + b / 8] = if free { 0xFF } else { 0 };
             b += 8;
             continue;

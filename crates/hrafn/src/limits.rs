@@ -29,8 +29,8 @@ pub const SECTOR_SIZE_BYTES: usize = 512;
 pub const PAGES_PER_BITMAP: u64 = ((PAGE_SIZE_BYTES - PAGE_HEADER_SIZE_BYTES) * 8) as u64;
 
 const _: () = assert!(PAGE_SIZE_BYTES.is_power_of_two());
-const _: () = assert!(PAGE_SIZE_BYTES % JOURNAL_ALIGN_BYTES == 0);
-const _: () = assert!(JOURNAL_ALIGN_BYTES % SECTOR_SIZE_BYTES == 0);
+const _: () = assert!(PAGE_SIZE_BYTES.is_multiple_of(JOURNAL_ALIGN_BYTES));
+const _: () = assert!(JOURNAL_ALIGN_BYTES.is_multiple_of(SECTOR_SIZE_BYTES));
 // Two maximal inline entries fit in one page, so a leaf split always succeeds.
 const _: () = assert!(2 * INLINE_ENTRY_MAX_BYTES <= PAGE_SIZE_BYTES - PAGE_HEADER_SIZE_BYTES);
 // A maximal key plus the smallest value must be inline (leaf entry header 7, slot 2).

@@ -210,7 +210,7 @@ fn child_main(dir: &Path, run_for: Duration) {
                         let mut big = wtx.open_tree("big")?;
                         for i in 0..BIG_TXN_KEYS {
                             let n = mix(round << 20 ^ i);
-                            if n % 8 == 0 {
+                            if n.is_multiple_of(8) {
                                 big.remove(big_key(n))?;
                             } else {
                                 big.insert(big_key(n), value)?;

@@ -307,7 +307,7 @@ fn power_loss_recovers_a_committed_state() {
                 let mut t = wtx.open_fixed_tree("f", 16)?;
                 for i in 0..200 {
                     let key = mix(txn * 1000 + i) % 3000;
-                    if mix(key ^ txn) % 4 == 0 {
+                    if mix(key ^ txn).is_multiple_of(4) {
                         t.remove(key)?;
                         model.remove(&key);
                     } else {

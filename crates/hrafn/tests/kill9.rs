@@ -93,7 +93,7 @@ fn last_key(w: u64) -> Vec<u8> {
 /// Mostly small values; one in sixteen spills into overflow pages.
 fn value(w: u64, s: u64, i: u64) -> Vec<u8> {
     let h = mix(mix(w << 48 ^ s) ^ i);
-    let len = if h % 16 == 0 {
+    let len = if h.is_multiple_of(16) {
         3000 + (h >> 8) % 17_000
     } else {
         8 + (h >> 8) % 200
@@ -259,7 +259,7 @@ fn child_writer(env: &Environment, w: u64, first: u64, seed: u64) {
         }
         s += 1;
         // Now and then let other writers (and the flusher) in.
-        if rng.next_u64() % 8 == 0 {
+        if rng.next_u64().is_multiple_of(8) {
             std::thread::yield_now();
         }
     }
@@ -282,7 +282,7 @@ fn child_reader(env: &Environment, seed: u64, stop: &AtomicBool) {
             .and_then(decode_seq)
             .unwrap_or(0);
         // The whole snapshot of this writer, or just its newest and next sequence.
-        let problems = if rng.next_u64() % 4 == 0 {
+        let problems = if rng.next_u64().is_multiple_of(4) {
             let mut found = BTreeMap::new();
             let entries = data
                 .prefix(writer_prefix(w))
@@ -577,7 +577,7 @@ fn kill9_loop() {
         // One round in four leaves the crashed state to the next child, so recovery also
         // runs inside a process that is then killed, and verification covers both.
         let last_round = round + 1 == kills;
-        if last_round || rng.next_u64() % 4 != 0 || since_verify > 3 {
+        if last_round || !rng.next_u64().is_multiple_of(4) || since_verify > 3 {
             since_verify = 0;
             if verify(dir.path(), &acked, &mut totals, &context).is_none() {
                 break;

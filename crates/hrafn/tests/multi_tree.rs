@@ -302,7 +302,7 @@ fn power_loss_recovers_a_committed_state() {
                     let r = mix(txn * 1000 + i);
                     let k = key(r % 3);
                     let v = (r >> 8).to_be_bytes()[..4 + (r % 5) as usize].to_vec();
-                    if txn >= 10 && r % 3 != 0 {
+                    if txn >= 10 && !r.is_multiple_of(3) {
                         let first = model.get(&k).and_then(|s| s.iter().next().cloned());
                         if let Some(v) = first {
                             t.remove(&k, &v)?;

@@ -27,7 +27,11 @@ fn key(k: u64) -> Vec<u8> {
 
 /// Mostly short values, some past the inline limit (overflow runs inside nested trees).
 fn value(r: u64) -> Vec<u8> {
-    let len = if r % 23 == 0 { 5_000 } else { r as usize % 40 };
+    let len = if r.is_multiple_of(23) {
+        5_000
+    } else {
+        r as usize % 40
+    };
     vec![(r >> 8) as u8; len]
 }
 
@@ -143,7 +147,7 @@ fn work(
                     for _ in 0..1 + next() % 40 {
                         cases += 1;
                         let fk = next() % 200;
-                        if next() % 4 == 0 {
+                        if next().is_multiple_of(4) {
                             assert_eq!(f.remove(fk).expect("remove"), map.remove(&fk).is_some());
                         } else {
                             let v = next().to_le_bytes().to_vec();
@@ -170,7 +174,7 @@ fn work(
                         cases += 1;
                         let sk = key(next() % 3);
                         let v = (next() % 400).to_be_bytes().to_vec();
-                        if next() % 3 == 0 {
+                        if next().is_multiple_of(3) {
                             let in_model = sets.get_mut(&sk).is_some_and(|s| s.remove(&v));
                             if sets.get(&sk).is_some_and(BTreeSet::is_empty) {
                                 sets.remove(&sk);
@@ -340,7 +344,7 @@ fn power_loss_recovers_a_committed_state() {
             {
                 let mut series = wtx.open_tree("series")?;
                 for s in 0..6u64 {
-                    if mix(txn ^ s) % 9 == 0 {
+                    if mix(txn ^ s).is_multiple_of(9) {
                         series.remove(s.to_be_bytes())?;
                         model.remove(&s);
                         continue;

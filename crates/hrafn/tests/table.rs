@@ -399,7 +399,7 @@ fn power_loss_recovers_a_committed_state() {
                     let group = format!("g{}", r % 3).into_bytes();
                     let payload = vec![r as u8; (r >> 8) as usize % 700];
                     match t.get_by_key(&pk)?.map(|(id, _)| id) {
-                        Some(id) if r % 3 == 0 => {
+                        Some(id) if r.is_multiple_of(3) => {
                             t.delete(id)?;
                             state.remove(&pk);
                         }

@@ -667,7 +667,7 @@ mod tests {
             x ^= x >> 7;
             x ^= x << 17;
             let k = key(x % 3000);
-            if x % 3 == 0 {
+            if x.is_multiple_of(3) {
                 assert_eq!(
                     remove(&mut store, &mut tree, &k).expect("remove"),
                     model.remove(&k).is_some()

@@ -40,7 +40,7 @@ impl<'a> Embedded<'a> {
         let entries = &stored[EMBEDDED_HEADER_BYTES..];
         if value_size > super::FIXED_VALUE_SIZE_MAX_BYTES
             || entries.len() > EMBEDDED_FIXED_MAX_BYTES
-            || entries.len() % (8 + value_size) != 0
+            || !entries.len().is_multiple_of(8 + value_size)
         {
             return Err(corrupt(page_number, "embedded tree of a bad size"));
         }

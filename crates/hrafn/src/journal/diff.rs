@@ -81,7 +81,7 @@ impl Iterator for Runs<'_> {
         const BLOCK_WORDS: usize = BLOCK_BYTES / WORD;
         let mut i = self.i;
         while i < WORDS {
-            if i % BLOCK_WORDS == 0 && self.block_unchanged(i) {
+            if i.is_multiple_of(BLOCK_WORDS) && self.block_unchanged(i) {
                 i += BLOCK_WORDS;
                 continue;
             }

@@ -102,7 +102,7 @@ impl PageBuf {
     /// A buffer holding a copy of `bytes` (a whole number of pages).
     pub fn copy_of(bytes: &[u8], usage: &Arc<ScratchUsage>) -> PageBuf {
         assert!(
-            !bytes.is_empty() && bytes.len() % PAGE_SIZE_BYTES == 0,
+            !bytes.is_empty() && bytes.len().is_multiple_of(PAGE_SIZE_BYTES),
             "page copies are whole pages"
         );
         usage.add(bytes.len() as u64, true);
@@ -120,7 +120,7 @@ impl PageBuf {
         usage: &Arc<ScratchUsage>,
     ) -> PageBuf {
         assert!(
-            len > 0 && len % PAGE_SIZE_BYTES == 0,
+            len > 0 && len.is_multiple_of(PAGE_SIZE_BYTES),
             "page copies are whole pages"
         );
         assert!(

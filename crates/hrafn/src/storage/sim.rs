@@ -1364,9 +1364,9 @@ impl SimFile {
     /// `O_DIRECT` alignment: offset, length and memory all 4 KiB aligned, else `EINVAL`.
     fn check_direct(&self, ptr: *const u8, len: usize, offset: u64) -> io::Result<()> {
         if self.direct()
-            && (offset % DIRECT_ALIGN != 0
-                || len as u64 % DIRECT_ALIGN != 0
-                || (ptr as usize) as u64 % DIRECT_ALIGN != 0)
+            && (!offset.is_multiple_of(DIRECT_ALIGN)
+                || !(len as u64).is_multiple_of(DIRECT_ALIGN)
+                || !((ptr as usize) as u64).is_multiple_of(DIRECT_ALIGN))
         {
             return Err(errno(libc::EINVAL));
         }
@@ -2116,7 +2116,7 @@ mod tests {
         let block = Aligned::new(8, 1);
         for _ in 0..20 {
             let n = j.write_at(block.bytes(), 0).expect("write");
-            assert!(n > 0 && n % 4096 == 0);
+            assert!(n > 0 && n.is_multiple_of(4096));
         }
         write_all_at(&*j, block.bytes(), 0).expect("write all");
     }

@@ -61,7 +61,7 @@ pub const REUSE_AT_OR_BELOW_BYTES: usize = RECORD_AREA_BYTES / 2;
 pub const PAGES_OVERFLOW_RUN: u32 = u32::MAX;
 
 const _: () = assert!(RECORD_AREA_BYTES / RECORD_ALIGN_BYTES <= BITMAP_BYTES * 8);
-const _: () = assert!(RECORDS_OFFSET % RECORD_ALIGN_BYTES == 0);
+const _: () = assert!(RECORDS_OFFSET.is_multiple_of(RECORD_ALIGN_BYTES));
 const _: () = assert!(PAGE_SIZE_BYTES <= u16::MAX as usize + 1);
 
 /// Keys of a table's own B+tree.
@@ -108,7 +108,9 @@ fn bit_of(offset: usize) -> (usize, u8) {
 
 /// Whether a live record starts at `offset` (any offset may be asked).
 pub fn is_start(page: &[u8], offset: usize) -> bool {
-    if !(RECORDS_OFFSET..PAGE_SIZE_BYTES).contains(&offset) || offset % RECORD_ALIGN_BYTES != 0 {
+    if !(RECORDS_OFFSET..PAGE_SIZE_BYTES).contains(&offset)
+        || !offset.is_multiple_of(RECORD_ALIGN_BYTES)
+    {
         return false;
     }
     let (byte, mask) = bit_of(offset);
@@ -117,7 +119,7 @@ pub fn is_start(page: &[u8], offset: usize) -> bool {
 
 /// Sets or clears the start bit of `offset`.
 pub fn set_start(page: &mut [u8], offset: usize, live: bool) {
-    debug_assert!(offset >= RECORDS_OFFSET && offset % RECORD_ALIGN_BYTES == 0);
+    debug_assert!(offset >= RECORDS_OFFSET && offset.is_multiple_of(RECORD_ALIGN_BYTES));
     let (byte, mask) = bit_of(offset);
     if live {
         page[byte] |= mask;
@@ -169,7 +171,8 @@ pub fn validate_page(page: &[u8], page_number: u64, tag: u64) -> Result<()> {
         return Err(corrupt(page_number, "not a record page of this table"));
     }
     let end = bump(page);
-    if !(RECORDS_OFFSET..=PAGE_SIZE_BYTES).contains(&end) || end % RECORD_ALIGN_BYTES != 0 {
+    if !(RECORDS_OFFSET..=PAGE_SIZE_BYTES).contains(&end) || !end.is_multiple_of(RECORD_ALIGN_BYTES)
+    {
         return Err(corrupt(
             page_number,
             "record page allocation mark out of range",
