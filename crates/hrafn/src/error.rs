@@ -150,6 +150,11 @@ pub enum Error {
     /// asked for.
     #[error("table {table:?} has another schema: {reason}")]
     SchemaMismatch { table: String, reason: String },
+    /// An earlier operation of this write transaction failed after it had changed pages
+    /// (a table operation, a migration, a nested tree's header update): the transaction
+    /// holds a half-done change and can only be dropped.
+    #[error("the write transaction cannot commit: an earlier operation failed half way ({cause})")]
+    TransactionFailed { cause: String },
     /// Stored bytes did not decode as the type a typed handle expects (`hrafn::typed`), or a
     /// value did not encode.
     #[error("cannot decode {what}")]
@@ -271,6 +276,9 @@ impl Error {
                 reason: reason.clone(),
             },
             Error::Decode { what } => Error::Decode { what: what.clone() },
+            Error::TransactionFailed { cause } => Error::TransactionFailed {
+                cause: cause.clone(),
+            },
         }
     }
 

@@ -356,3 +356,81 @@ fn power_loss_recovers_a_committed_state() {
         "multi-value tree power loss: {states} crash states over {ops} operations"
     ));
 }
+
+/// A value of about 2 KB, so few fit in a set tree's leaf and removals collapse its root.
+fn big(tag: u8, n: u8) -> Vec<u8> {
+    let mut v = vec![tag, n];
+    v.resize(1_990, b'.');
+    v
+}
+
+/// Values of mixed sizes make a set's tree several levels deep with small values left over:
+/// removing the large ones collapses the tree's root and embeds the set again, in one
+/// change. The tree must be freed as it is after the collapse, not as it was (a page freed
+/// twice fails the commit).
+#[test]
+fn a_set_tree_that_collapses_and_embeds_frees_each_page_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = Environment::open(dir.path(), Options::default()).expect("open");
+    let mut wtx = env.begin_write().expect("write");
+    {
+        let mut m = wtx.open_multi_tree("m").expect("open");
+        for i in 0..2u8 {
+            m.add(b"k", [b'a', i]).expect("add");
+        }
+        for i in 0..4u8 {
+            m.add(b"k", big(b'b', i)).expect("add");
+        }
+        for i in 0..3u8 {
+            m.add(b"k", big(b'm', i)).expect("add");
+        }
+        m.add(b"k", big(b'n', 0)).expect("add");
+        for i in 0..14u8 {
+            m.add(b"k", [b'p', i]).expect("add");
+        }
+    }
+    wtx.commit().expect("commit");
+    let mut wtx = env.begin_write().expect("write");
+    {
+        let mut m = wtx.open_multi_tree("m").expect("open");
+        for i in 0..4u8 {
+            assert!(m.remove(b"k", big(b'b', i)).expect("remove"));
+        }
+        for i in 0..3u8 {
+            assert!(m.remove(b"k", big(b'm', i)).expect("remove"));
+        }
+        assert!(m.remove(b"k", big(b'n', 0)).expect("remove"));
+        assert_eq!(m.count(b"k").expect("count"), 16);
+    }
+    wtx.commit().expect("commit");
+    assert_eq!(env.check().expect("check").nested_tree_count, 0);
+
+    // The same at random: sizes from 4 bytes to nearly the key limit.
+    let sizes = [4usize, 4, 4, 40, 300, 1_000, 1_990, 1_990];
+    let pool: Vec<Vec<u8>> = (0..40u32)
+        .map(|i| {
+            let mut v = format!("{:03}", (i * 37) % 40).into_bytes();
+            v.resize(sizes[(i % 8) as usize], b'.');
+            v
+        })
+        .collect();
+    let mut r = 0x4D49_u64;
+    for round in 0..200 {
+        let mut wtx = env.begin_write().expect("write");
+        {
+            let mut m = wtx.open_multi_tree("mixed").expect("open");
+            for _ in 0..4 {
+                r = mix(r);
+                let v = &pool[(r % pool.len() as u64) as usize];
+                if (r >> 32) % 100 < 55 {
+                    m.add(b"k", v).expect("add");
+                } else {
+                    m.remove(b"k", v).expect("remove");
+                }
+            }
+        }
+        wtx.commit()
+            .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        env.check().unwrap_or_else(|e| panic!("round {round}: {e}"));
+    }
+}

@@ -438,3 +438,90 @@ fn power_loss_recovers_a_committed_state() {
         "table power loss: {states} crash states over {ops} operations"
     ));
 }
+
+/// A migration that fails half way (a new unique index meets a duplicate) leaves a
+/// transaction that refuses to commit, and nothing of it lands.
+#[test]
+fn a_failed_migration_cannot_commit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = Environment::open(dir.path(), Options::default()).expect("open");
+    let before = Schema::new(2)
+        .primary_key(0)
+        .index("loc", &[0])
+        .global_index("g", &[0]);
+    let mut wtx = env.begin_write().expect("write");
+    {
+        let mut t = wtx.open_table("t", &before).expect("open");
+        t.insert(&[b"a", &1u64.to_be_bytes()]).expect("insert");
+        t.insert(&[b"b", &1u64.to_be_bytes()]).expect("insert");
+    }
+    wtx.commit().expect("commit");
+    let mut wtx = env.begin_write().expect("write");
+    assert!(matches!(
+        wtx.migrate_table("t", &before.clone().fixed_index("n", 1)),
+        Err(Error::DuplicateKey { .. })
+    ));
+    wtx.open_tree("other")
+        .expect("open")
+        .insert(b"k", b"v")
+        .expect("insert");
+    assert!(matches!(wtx.commit(), Err(Error::TransactionFailed { .. })));
+    env.check().expect("check");
+    let rtx = env.begin_read().expect("read");
+    assert_eq!(rtx.open_table("t", &before).expect("open").len(), 2);
+    assert!(matches!(
+        rtx.open_tree("other"),
+        Err(Error::TreeNotFound { .. })
+    ));
+}
+
+/// A global index may not take its table's name, nor the name of a tree of another kind;
+/// refused before anything is allocated.
+#[test]
+fn global_index_names_are_checked_before_anything_is_made() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = Environment::open(dir.path(), Options::default()).expect("open");
+    let mut wtx = env.begin_write().expect("write");
+    wtx.open_tree("plain").expect("open");
+    assert!(matches!(
+        wtx.open_table("t", &Schema::new(2).global_index("t", &[0])),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        wtx.open_table("u", &Schema::new(2).global_index("plain", &[0])),
+        Err(Error::WrongTreeKind { .. })
+    ));
+    wtx.commit().expect("commit");
+    let report = env.check().expect("check");
+    assert_eq!(report.tree_count, 1, "only the plain tree");
+}
+
+/// A table deleted and made again under its name in one transaction: the old ids read as
+/// no record (the new table's pages carry another tag).
+#[test]
+fn a_table_made_again_does_not_see_the_old_records() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = Environment::open(dir.path(), Options::default()).expect("open");
+    let schema = Schema::new(1);
+    let mut wtx = env.begin_write().expect("write");
+    let id = wtx
+        .open_table("t", &schema)
+        .expect("open")
+        .insert(&[b"secret"])
+        .expect("insert");
+    assert!(wtx.delete_tree("t").expect("delete"));
+    assert!(
+        wtx.open_table("t", &schema)
+            .expect("open")
+            .get(id)
+            .expect("get")
+            .is_none()
+    );
+    wtx.commit().expect("commit");
+    let rtx = env.begin_read().expect("read");
+    let t = rtx.open_table("t", &schema).expect("open");
+    assert!(t.get(id).expect("get").is_none());
+    assert_eq!(t.len(), 0);
+    drop(rtx);
+    env.check().expect("check");
+}

@@ -143,14 +143,15 @@ pub fn remove<S: PageStore>(
             if !tree_write::remove(store, &mut set, value)? {
                 return Ok(false);
             }
+            // The removal may have freed the set tree's old root: store the new header
+            // first, so that removing the key below frees the tree as it is now.
+            store_tree(store, tree, key, &set)?;
             if set.entry_count == 0 {
                 tree_write::remove(store, tree, key)?; // frees the set's tree
             } else if let Some(values) = small_enough_to_embed(store, &set)? {
                 let values: Vec<&[u8]> = values.iter().map(Vec::as_slice).collect();
                 tree_write::remove(store, tree, key)?;
                 store_embedded(store, tree, key, &values)?;
-            } else {
-                store_tree(store, tree, key, &set)?;
             }
             Ok(true)
         }

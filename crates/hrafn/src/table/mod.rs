@@ -411,7 +411,9 @@ impl TableView {
 
     /// The record `id`, if it is a live record of this table. Small records cost one page
     /// lookup; an overflow record also one lookup in the `pages` tree (its run carries no
-    /// bitmap).
+    /// bitmap). Ids are locations and locations are reused: the id of a deleted or moved
+    /// record may name a later record; it never reads anything but a live record of this
+    /// table.
     ///
     /// # Errors
     /// Corruption of the page it names.

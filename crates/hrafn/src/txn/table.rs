@@ -91,7 +91,10 @@ impl<'env> WriteTxn<'env> {
                             reason,
                         });
                     }
-                    Some(_) => self.migrate(name, header, &stored, schema)?,
+                    Some(_) => {
+                        let migrated = self.migrate(name, header, &stored, schema);
+                        self.fail_on_error(migrated)?
+                    }
                 }
             }
             None => {
@@ -128,11 +131,30 @@ impl<'env> WriteTxn<'env> {
     }
 
     fn create_table(&mut self, name: &str, schema: &Schema) -> Result<TableView> {
-        let tag = xxhash_rust::xxh3::xxh3_64_with_seed(name.as_bytes(), self.txn_id);
+        // Refuse before allocating anything: a global index may not take the table's own
+        // name, nor a name held by a tree of another kind.
+        for index in schema.indexes.iter().filter(|i| i.global) {
+            if index.name == name {
+                return Err(Error::InvalidArgument(format!(
+                    "global index {:?} has the name of its table",
+                    index.name
+                )));
+            }
+            if let Some(existing) = self.find_tree_header(&index.name)? {
+                existing.expect_kind(&index.name, index_tree_kind(index.kind))?;
+            }
+        }
         let mut header = TreeHeader {
             kind: TreeKind::Table,
             ..tree_write::create(self)?
         };
+        // The tag tells this table's record pages from every other's, a table dropped and
+        // made again under the same name in one transaction included: the root page is
+        // one no live tree holds.
+        let tag = xxhash_rust::xxh3::xxh3_64_with_seed(
+            name.as_bytes(),
+            self.txn_id ^ header.root_page.rotate_left(32),
+        );
         let pages = fixed::write::create(self, 4)?;
         let candidates = fixed::write::create(self, 0)?;
         let primary_key = match schema.primary_key {
@@ -347,6 +369,11 @@ impl<'env> WriteTxn<'env> {
 
 /// A table opened in a write transaction; borrows it.
 ///
+/// A record's id is its location: reading it is one page lookup. Ids change when records
+/// move (an update that outgrows its slot, a sparse page compacted or emptied: every index
+/// follows in the same transaction) and are reused after a delete, so keep a key to find a
+/// record again across changes.
+///
 /// ```
 /// use hrafn::table::{Schema, index_key};
 /// # let dir = tempfile::tempdir().unwrap();
@@ -393,13 +420,24 @@ impl<'env> TableMut<'_, 'env> {
         let next_page = self.txn.next_page_number();
         let mut view = self.txn.tables[self.index].view.clone();
         let result = op(self.txn, &mut view, &name, next_page);
-        // Even a failed change may have touched trees (the transaction should then be
-        // dropped); keep the view in step with the pages either way.
+        // Refusals come before any change (see `table::write`); any other failure may have
+        // left a half-done change, so the transaction can no longer commit.
+        if let Err(e) = &result
+            && !matches!(
+                e,
+                Error::DuplicateKey { .. }
+                    | Error::InvalidArgument(_)
+                    | Error::KeyTooLarge { .. }
+                    | Error::ValueTooLarge { .. }
+            )
+        {
+            self.txn.failed.get_or_insert_with(|| e.to_string());
+        }
         self.txn.tables[self.index].changed = true;
         let stored = self.txn.store_globals(&view);
         self.txn.tables[self.index].view = view;
         let value = result?;
-        stored?;
+        self.txn.fail_on_error(stored)?;
         Ok(value)
     }
 

@@ -103,6 +103,8 @@ pub struct WriteTxn<'env> {
     meta_at_begin: Meta,
     pub(crate) trees: Vec<OpenTree>,
     pub(crate) tables: Vec<super::table::OpenTable>,
+    /// Why the transaction can no longer commit: an operation failed after changing pages.
+    pub(crate) failed: Option<String>,
     pub(crate) freed: Vec<(u64, u64)>,
     pub(crate) free_pages: u64,
     /// The page last changed or allocated: allocation looks for free pages near it.
@@ -159,6 +161,7 @@ impl<'env> WriteTxn<'env> {
             meta,
             trees: Vec::new(),
             tables: Vec::new(),
+            failed: None,
             freed: Vec::new(),
         })
     }
@@ -458,7 +461,18 @@ impl<'env> WriteTxn<'env> {
         let (parent, key) = tree.parent.take().expect("only nested trees embed");
         let written = self.store_nested(parent, &key, NewEntry::Embedded(&stored));
         self.trees[index].parent = Some((parent, key));
-        written
+        self.fail_on_error(written)
+    }
+
+    /// Passes `result` on; an error also marks the transaction unable to commit (the
+    /// operation that failed had already changed pages).
+    pub(crate) fn fail_on_error<T>(&mut self, result: Result<T>) -> Result<T> {
+        if let Err(e) = &result
+            && self.failed.is_none()
+        {
+            self.failed = Some(e.to_string());
+        }
+        result
     }
 
     /// Records an open tree's new header: a named tree's is stored at commit, a nested
@@ -475,7 +489,7 @@ impl<'env> WriteTxn<'env> {
         };
         let stored = self.store_nested(parent, &key, NewEntry::Tree(&header.encode()));
         self.trees[index].parent = Some((parent, key));
-        stored
+        self.fail_on_error(stored)
     }
 
     /// Stores changed tree headers into the root tree.
@@ -515,6 +529,9 @@ impl<'env> WriteTxn<'env> {
     /// page, then seal and diff every dirty page. `None` when nothing changed.
     pub(crate) fn prepare(mut self) -> Result<Option<Prepared<'env>>> {
         self.env.check_poison()?;
+        if let Some(cause) = self.failed.take() {
+            return Err(Error::TransactionFailed { cause });
+        }
         for i in 0..self.tables.len() {
             self.write_back_table(i)?;
         }
