@@ -669,6 +669,12 @@ impl Environment {
         rtx.check()
     }
 
+    /// The counters and gauges of [`Environment::stats`] in the Prometheus text exposition
+    /// format (names prefixed `hrafn_`), ready to serve on a metrics endpoint.
+    pub fn metrics_text(&self) -> String {
+        crate::metrics::render(&self.stats())
+    }
+
     /// Current counters.
     pub fn stats(&self) -> Stats {
         let inner = &self.inner;

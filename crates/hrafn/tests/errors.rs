@@ -222,3 +222,49 @@ fn a_file_is_not_an_environment() {
         "the file is untouched"
     );
 }
+
+#[test]
+fn metrics_are_prometheus_text_and_move_with_commits() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = Environment::open(dir.path(), Options::default()).expect("open");
+    let value = |text: &str, name: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{name} missing"))
+    };
+    let before = env.metrics_text();
+    // Every sample has its HELP and TYPE lines, and names follow Prometheus' rules.
+    for line in before.lines().filter(|l| !l.starts_with('#')) {
+        let (name, number) = line.split_once(' ').expect("name value");
+        assert!(name.starts_with("hrafn_"));
+        assert!(
+            name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'),
+            "{name}"
+        );
+        number.parse::<u64>().expect("a number");
+        assert!(
+            before.contains(&format!("# TYPE {name} ")),
+            "{name} has no TYPE"
+        );
+        assert!(
+            before.contains(&format!("# HELP {name} ")),
+            "{name} has no HELP"
+        );
+    }
+    let mut wtx = env.begin_write().expect("write");
+    wtx.open_tree("t")
+        .expect("open")
+        .insert(b"k", b"v")
+        .expect("insert");
+    wtx.commit().expect("commit");
+    let after = env.metrics_text();
+    assert_eq!(
+        value(&after, "hrafn_commits_total"),
+        value(&before, "hrafn_commits_total") + 1
+    );
+    assert!(
+        value(&after, "hrafn_journal_written_bytes_total")
+            > value(&before, "hrafn_journal_written_bytes_total")
+    );
+}
