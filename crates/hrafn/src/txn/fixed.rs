@@ -173,7 +173,10 @@ impl<'t, 'env> FixedTreeMut<'t, 'env> {
             if entries.len() <= embedded::EMBEDDED_FIXED_MAX_BYTES {
                 self.txn.store_embedded(self.index, entries)?;
             } else {
-                self.spill(&entries)?;
+                // A spill that fails half way leaves pages no tree owns: the transaction
+                // can then only be dropped.
+                let spilled = self.spill(&entries);
+                self.txn.fail_on_error(spilled)?;
             }
             return Ok(replaced);
         }
@@ -243,7 +246,8 @@ impl<'t, 'env> FixedTreeMut<'t, 'env> {
         let removed = fixed::write::remove(self.txn, &mut header, key)?;
         self.set_header(header)?;
         if removed {
-            self.embed_again_if_small()?;
+            let embedded = self.embed_again_if_small();
+            self.txn.fail_on_error(embedded)?;
         }
         Ok(removed)
     }
