@@ -44,7 +44,7 @@ pub mod header;
 pub mod journal;
 pub mod limits;
 pub mod meta;
-pub mod metrics;
+mod metrics;
 pub mod multi;
 pub mod page;
 pub mod scratch;

@@ -13,7 +13,7 @@ enum Kind {
 
 /// Renders `stats` as Prometheus text: one `# HELP`, one `# TYPE` and one sample line per
 /// metric, every name prefixed `hrafn_`.
-pub fn render(stats: &Stats) -> String {
+pub(crate) fn render(stats: &Stats) -> String {
     use Kind::{Counter, Gauge};
     let metrics: [(&str, Kind, &str, u64); 27] = [
         (

@@ -74,7 +74,7 @@ pub trait PageStore {
 
 /// Reads through a [`PageStore`] as a [`PageSource`], for code that reads a tree it is
 /// about to change.
-pub struct Reading<'s, S: ?Sized>(pub &'s S);
+pub(crate) struct Reading<'s, S: ?Sized>(pub(crate) &'s S);
 
 impl<S: ?Sized> Clone for Reading<'_, S> {
     fn clone(&self) -> Self {

@@ -114,7 +114,7 @@ pub fn insert_hinted<S: PageStore>(
 
 /// What an insert stores under its key.
 #[derive(Clone, Copy)]
-pub enum NewEntry<'a> {
+pub(crate) enum NewEntry<'a> {
     /// A value (inline or in an overflow run, by size).
     Value(&'a [u8]),
     /// A nested tree's stored header.
@@ -129,7 +129,7 @@ pub enum NewEntry<'a> {
 ///
 /// # Errors
 /// As [`insert`].
-pub fn insert_entry<S: PageStore>(
+pub(crate) fn insert_entry<S: PageStore>(
     store: &mut S,
     tree: &mut TreeHeader,
     key: &[u8],

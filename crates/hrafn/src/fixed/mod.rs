@@ -167,7 +167,7 @@ pub fn get<'a, S: PageSource<'a>>(
 
 /// Where a fixed-size tree's entries are: in pages, or embedded in its parent's entry.
 #[derive(Debug, Clone, Copy)]
-pub enum FixedRoot<'a> {
+pub(crate) enum FixedRoot<'a> {
     Pages { root_page: u64, value_size: usize },
     Embedded(Embedded<'a>),
 }

@@ -12,7 +12,7 @@
 //! This module reads sets through [`PageSource`]; `write` changes them through
 //! [`crate::btree::PageStore`]. It must not depend on transactions.
 
-pub mod write;
+pub(crate) mod write;
 
 use crate::btree::node::ValueRef;
 use crate::btree::{self, PageSource, Range, TreeHeader, TreeKind};
@@ -71,7 +71,7 @@ pub fn decode_set(bytes: &[u8], page_number: u64) -> Result<Vec<&[u8]>> {
 }
 
 /// Encodes ascending, distinct values as an embedded set.
-pub fn encode_set<'v>(values: impl IntoIterator<Item = &'v [u8]>) -> Vec<u8> {
+pub(crate) fn encode_set<'v>(values: impl IntoIterator<Item = &'v [u8]>) -> Vec<u8> {
     let mut out = Vec::new();
     for value in values {
         debug_assert!(value.len() <= MULTI_VALUE_SIZE_MAX_BYTES);
@@ -82,7 +82,7 @@ pub fn encode_set<'v>(values: impl IntoIterator<Item = &'v [u8]>) -> Vec<u8> {
 }
 
 /// Encoded size of a set holding `values`.
-pub fn encoded_size<'v>(values: impl IntoIterator<Item = &'v [u8]>) -> usize {
+pub(crate) fn encoded_size<'v>(values: impl IntoIterator<Item = &'v [u8]>) -> usize {
     values
         .into_iter()
         .map(|v| EMBEDDED_LEN_BYTES + v.len())
@@ -90,7 +90,7 @@ pub fn encoded_size<'v>(values: impl IntoIterator<Item = &'v [u8]>) -> usize {
 }
 
 /// How one key's set is stored.
-pub enum Set<'a> {
+pub(crate) enum Set<'a> {
     /// Inside the entry.
     Embedded(Vec<&'a [u8]>),
     /// In a nested B+tree.
@@ -101,7 +101,7 @@ pub enum Set<'a> {
 ///
 /// # Errors
 /// [`crate::Error::Corruption`] for damaged pages or an entry that is not a set.
-pub fn find_set<'a, S: PageSource<'a>>(
+pub(crate) fn find_set<'a, S: PageSource<'a>>(
     src: S,
     root_page: u64,
     key: &[u8],
@@ -116,7 +116,7 @@ pub fn find_set<'a, S: PageSource<'a>>(
 ///
 /// # Errors
 /// [`crate::Error::Corruption`] for an entry that is not a set.
-pub fn set_of(stored: ValueRef<'_>, page_number: u64) -> Result<Set<'_>> {
+pub(crate) fn set_of(stored: ValueRef<'_>, page_number: u64) -> Result<Set<'_>> {
     match stored {
         ValueRef::Inline(bytes) => Ok(Set::Embedded(decode_set(bytes, page_number)?)),
         ValueRef::Tree(bytes) => {
@@ -214,7 +214,7 @@ impl<'a, S: PageSource<'a>> Values<'a, S> {
 ///
 /// # Errors
 /// Corruption.
-pub fn pair_next<'a, S: PageSource<'a>>(
+pub(crate) fn pair_next<'a, S: PageSource<'a>>(
     src: S,
     root_page: u64,
     bound: Bound<(&[u8], &[u8])>,

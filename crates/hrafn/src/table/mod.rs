@@ -21,7 +21,7 @@
 //! the read side; `write` changes tables through [`crate::btree::PageStore`].
 
 pub mod schema;
-pub mod write;
+pub(crate) mod write;
 
 pub use schema::{IndexDef, IndexKind, Schema};
 
@@ -65,7 +65,7 @@ const _: () = assert!(RECORDS_OFFSET.is_multiple_of(RECORD_ALIGN_BYTES));
 const _: () = assert!(PAGE_SIZE_BYTES <= u16::MAX as usize + 1);
 
 /// Keys of a table's own B+tree.
-pub mod keys {
+pub(crate) mod keys {
     /// The table's state: tag u64, active page u64.
     pub const STATE: &[u8] = b"\x00state";
     /// The encoded schema.
@@ -81,7 +81,7 @@ pub mod keys {
 }
 
 /// Bytes of the state value.
-pub const STATE_BYTES: usize = 16;
+pub(crate) const STATE_BYTES: usize = 16;
 
 /// A record's id, split: (page number, offset in the page; 0 for an overflow run).
 pub fn split_id(id: u64) -> (u64, usize) {
@@ -107,7 +107,7 @@ fn bit_of(offset: usize) -> (usize, u8) {
 }
 
 /// Whether a live record starts at `offset` (any offset may be asked).
-pub fn is_start(page: &[u8], offset: usize) -> bool {
+pub(crate) fn is_start(page: &[u8], offset: usize) -> bool {
     if !(RECORDS_OFFSET..PAGE_SIZE_BYTES).contains(&offset)
         || !offset.is_multiple_of(RECORD_ALIGN_BYTES)
     {
@@ -118,7 +118,7 @@ pub fn is_start(page: &[u8], offset: usize) -> bool {
 }
 
 /// Sets or clears the start bit of `offset`.
-pub fn set_start(page: &mut [u8], offset: usize, live: bool) {
+pub(crate) fn set_start(page: &mut [u8], offset: usize, live: bool) {
     debug_assert!(offset >= RECORDS_OFFSET && offset.is_multiple_of(RECORD_ALIGN_BYTES));
     let (byte, mask) = bit_of(offset);
     if live {
@@ -129,17 +129,17 @@ pub fn set_start(page: &mut [u8], offset: usize, live: bool) {
 }
 
 /// The table tag a record page belongs to.
-pub fn page_tag(page: &[u8]) -> u64 {
+pub(crate) fn page_tag(page: &[u8]) -> u64 {
     get_u64(page, OFFSET_AUX)
 }
 
 /// Live records in a record page.
-pub fn live_count(page: &[u8]) -> usize {
+pub(crate) fn live_count(page: &[u8]) -> usize {
     usize::from(get_u16(page, OFFSET_ENTRY_COUNT))
 }
 
 /// End of the allocated area of a record page.
-pub fn bump(page: &[u8]) -> usize {
+pub(crate) fn bump(page: &[u8]) -> usize {
     usize::from(get_u16(page, OFFSET_FREE_LOWER))
 }
 
@@ -147,7 +147,7 @@ pub fn bump(page: &[u8]) -> usize {
 ///
 /// # Errors
 /// [`crate::Error::Corruption`] when the header does not fit the page.
-pub fn slot_at(page: &[u8], page_number: u64, offset: usize) -> Result<(usize, usize)> {
+pub(crate) fn slot_at(page: &[u8], page_number: u64, offset: usize) -> Result<(usize, usize)> {
     if offset + RECORD_HEADER_BYTES > bump(page).min(PAGE_SIZE_BYTES) {
         return Err(corrupt(
             page_number,
@@ -166,7 +166,7 @@ pub fn slot_at(page: &[u8], page_number: u64, offset: usize) -> Result<(usize, u
 ///
 /// # Errors
 /// [`crate::Error::Corruption`] if it is not a record page of this table.
-pub fn validate_page(page: &[u8], page_number: u64, tag: u64) -> Result<()> {
+pub(crate) fn validate_page(page: &[u8], page_number: u64, tag: u64) -> Result<()> {
     if crate::page::kind(page, page_number)? != PageKind::Records || page_tag(page) != tag {
         return Err(corrupt(page_number, "not a record page of this table"));
     }
@@ -186,7 +186,7 @@ pub fn validate_page(page: &[u8], page_number: u64, tag: u64) -> Result<()> {
 ///
 /// # Errors
 /// [`crate::Error::Corruption`].
-pub fn live_offsets(page: &[u8], page_number: u64) -> Result<Vec<usize>> {
+pub(crate) fn live_offsets(page: &[u8], page_number: u64) -> Result<Vec<usize>> {
     let mut out = Vec::with_capacity(live_count(page));
     let mut next_free = RECORDS_OFFSET;
     for offset in (RECORDS_OFFSET..bump(page)).step_by(RECORD_ALIGN_BYTES) {
@@ -318,7 +318,7 @@ pub fn index_key(fields: &[&[u8]]) -> Vec<u8> {
 /// What a table reader needs: the table's tag, its trees, and the high-water mark of the
 /// snapshot (ids past it are no records).
 #[derive(Debug, Clone)]
-pub struct TableView {
+pub(crate) struct TableView {
     pub tag: u64,
     pub active_page: u64,
     pub header: TreeHeader,
@@ -338,7 +338,7 @@ fn nested<'a, S: PageSource<'a>>(src: S, table: &TreeHeader, key: &[u8]) -> Resu
 }
 
 /// The kind of tree an index lives in.
-pub fn index_tree_kind(kind: IndexKind) -> TreeKind {
+pub(crate) fn index_tree_kind(kind: IndexKind) -> TreeKind {
     match kind {
         IndexKind::Variable => TreeKind::Multi,
         IndexKind::Fixed => TreeKind::Fixed { value_size: 8 },
@@ -346,7 +346,7 @@ pub fn index_tree_kind(kind: IndexKind) -> TreeKind {
 }
 
 /// The name of a local index's tree in the table's B+tree.
-pub fn local_index_key(name: &str) -> Vec<u8> {
+pub(crate) fn local_index_key(name: &str) -> Vec<u8> {
     [keys::INDEX_PREFIX, name.as_bytes()].concat()
 }
 

@@ -362,14 +362,16 @@ impl<'t> Tree<'t> {
     /// # Errors
     /// Corruption.
     pub fn nested_kind(&self, key: impl AsRef<[u8]>) -> Result<Option<TreeKind>> {
-        match btree::get_stored(self.src, self.header.root_page, key.as_ref())? {
-            Some(ValueRef::Tree(_) | ValueRef::Embedded(_)) => Ok(Some(
-                nested_tree(self.src, &self.header, key.as_ref())?
-                    .header()
-                    .kind,
-            )),
-            _ => Ok(None),
-        }
+        // One lookup: the stored entry says whether and how a tree is nested.
+        let root = self.header.root_page;
+        Ok(match btree::get_stored(self.src, root, key.as_ref())? {
+            Some(ValueRef::Tree(bytes)) => Some(TreeHeader::decode(bytes, root)?.kind),
+            Some(ValueRef::Embedded(bytes)) => {
+                let tree = crate::fixed::Embedded::decode(bytes, root)?;
+                Some(Nested::Embedded(tree).header().kind)
+            }
+            _ => None,
+        })
     }
 
     /// A cursor over this tree: seek, first, last, next, prev, stepping within leaves.
