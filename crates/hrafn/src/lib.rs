@@ -60,8 +60,8 @@ pub use env::{DATA_FILE, Durability, Environment, Options, Stats};
 pub use error::{CorruptionSite, Error, Result};
 pub use txn::cursor::{Removable, Seekable};
 pub use txn::{
-    FixedTree, FixedTreeMut, KeyCursor, MultiTree, MultiTreeMut, ReadTxn, Table, TableMut, Tree,
-    TreeHandle, TreeMut, WriteBatch, WriteTxn,
+    FixedTree, FixedTreeMut, KeyCursor, MultiTree, MultiTreeMut, ReadTxn, Table, TableHandle,
+    TableMut, Tree, TreeHandle, TreeMut, WriteBatch, WriteTxn,
 };
 
 /// The README's example, compiled and run as a doctest.

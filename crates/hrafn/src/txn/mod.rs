@@ -11,6 +11,7 @@ mod alloc;
 mod commit;
 pub mod cursor;
 pub mod fixed;
+pub mod handle;
 pub mod merge;
 #[cfg(all(test, hrafn_loom))]
 mod model_tests;
@@ -23,8 +24,9 @@ pub mod write;
 
 pub use cursor::KeyCursor;
 pub use fixed::{FixedTree, FixedTreeMut};
+pub use handle::{TableHandle, TreeHandle};
 pub use merge::WriteBatch;
 pub use multi::{MultiTree, MultiTreeMut};
-pub use read::{ReadTxn, Tree, TreeHandle};
+pub use read::{ReadTxn, Tree};
 pub use table::{Table, TableMut};
 pub use write::{TreeMut, WriteTxn, WriterCore};

@@ -1,5 +1,6 @@
 //! Read transactions: a registered slot plus the state they started on.
 
+use super::handle::{TableHandle, TreeHandle};
 use super::state::State;
 use crate::btree::node::ValueRef;
 use crate::btree::{self, PageSource, Range, TreeHeader, TreeKind};
@@ -17,7 +18,7 @@ use std::sync::Arc;
 pub struct ReadTxn<'env> {
     env: &'env EnvInner,
     slot: usize,
-    state: Arc<State>,
+    pub(super) state: Arc<State>,
 }
 
 impl<'env> ReadTxn<'env> {
@@ -107,11 +108,17 @@ impl<'env> ReadTxn<'env> {
     /// [`Error::TreeNotFound`]; corruption.
     pub fn tree_handle(&self, name: &str) -> Result<TreeHandle> {
         let header = require_tree(&*self.state, name)?;
-        Ok(TreeHandle {
-            name: name.into(),
-            state: Arc::downgrade(&self.state),
-            header,
-        })
+        Ok(TreeHandle::new(name, Arc::downgrade(&self.state), header))
+    }
+
+    /// A handle on the named table, opened with `schema`, that does not borrow this
+    /// transaction (see [`TableHandle`]).
+    ///
+    /// # Errors
+    /// As [`ReadTxn::open_table`].
+    pub fn table_handle(&self, name: &str, schema: &crate::table::Schema) -> Result<TableHandle> {
+        self.open_table(name, schema)?;
+        Ok(TableHandle::new(name, schema))
     }
 
     /// The stored header of the named tree: its kind and entry count.
@@ -154,64 +161,6 @@ impl<'env> ReadTxn<'env> {
 impl Drop for ReadTxn<'_> {
     fn drop(&mut self) {
         self.env.readers.release(self.slot);
-    }
-}
-
-/// A named tree, not borrowing any transaction (see [`ReadTxn::tree_handle`]). Binding it
-/// to the transaction it came from, or to any that sees the same commit, costs nothing; to
-/// another, one lookup by name.
-#[derive(Clone, Debug)]
-pub struct TreeHandle {
-    name: Arc<str>,
-    /// The snapshot the header belongs to. A weak reference keeps its allocation (not its
-    /// pages), so no other snapshot can later have the same address.
-    state: std::sync::Weak<State>,
-    header: TreeHeader,
-}
-
-impl TreeHandle {
-    fn header_in(&self, txn: &ReadTxn<'_>) -> Result<TreeHeader> {
-        if std::ptr::eq(self.state.as_ptr(), Arc::as_ptr(&txn.state)) {
-            return Ok(self.header);
-        }
-        require_tree(&*txn.state, &self.name)
-    }
-
-    /// The tree's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The B+tree as `txn` sees it.
-    ///
-    /// # Errors
-    /// [`Error::TreeNotFound`] if `txn` does not have it; [`Error::WrongTreeKind`];
-    /// corruption.
-    pub fn tree<'t>(&self, txn: &'t ReadTxn<'_>) -> Result<Tree<'t>> {
-        let header = self.header_in(txn)?;
-        header.expect_kind(&self.name, TreeKind::BTree)?;
-        Ok(Tree {
-            src: &txn.state,
-            header,
-        })
-    }
-
-    /// The fixed-size tree as `txn` sees it.
-    ///
-    /// # Errors
-    /// As [`TreeHandle::tree`].
-    pub fn fixed_tree<'t>(&self, txn: &'t ReadTxn<'_>) -> Result<super::fixed::FixedTree<'t>> {
-        let header = self.header_in(txn)?;
-        super::fixed::FixedTree::new(&txn.state, &self.name, header)
-    }
-
-    /// The multi-value tree as `txn` sees it.
-    ///
-    /// # Errors
-    /// As [`TreeHandle::tree`].
-    pub fn multi_tree<'t>(&self, txn: &'t ReadTxn<'_>) -> Result<super::multi::MultiTree<'t>> {
-        let header = self.header_in(txn)?;
-        super::multi::MultiTree::new(&txn.state, &self.name, header)
     }
 }
 
@@ -341,6 +290,10 @@ pub struct Tree<'t> {
 }
 
 impl<'t> Tree<'t> {
+    pub(crate) fn new(src: &'t State, header: TreeHeader) -> Tree<'t> {
+        Tree { src, header }
+    }
+
     /// Opens the B+tree nested under `key`.
     ///
     /// # Errors

@@ -1,5 +1,6 @@
 //! Tables as a transaction sees them (the layout is in `crate::table`).
 
+use super::handle::TableHandle;
 use super::state::State;
 use super::write::WriteTxn;
 use crate::btree::write::{self as tree_write, NewEntry};
@@ -39,6 +40,40 @@ impl<'env> WriteTxn<'env> {
     pub fn open_table(&mut self, name: &str, schema: &Schema) -> Result<TableMut<'_, 'env>> {
         let index = self.table_index(name, schema, false)?;
         Ok(TableMut { txn: self, index })
+    }
+
+    /// A handle on the named table (created with `schema` if it does not exist) that does
+    /// not borrow this transaction: keep it, with handles on other tables and trees, in a
+    /// struct next to the transaction, and bind it for each use with
+    /// [`TableHandle::table_mut`].
+    ///
+    /// ```
+    /// use hrafn::table::Schema;
+    /// let schema = Schema::new(2).primary_key(0);
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let env = hrafn::Environment::open(dir.path(), hrafn::Options::default())?;
+    /// let mut txn = env.begin_write()?;
+    /// let people = txn.table_handle("people", &schema)?;
+    /// let pets = txn.table_handle("pets", &schema)?;
+    /// txn.open_tree("owners")?;
+    /// let owners = txn.tree_handle("owners")?;
+    /// for (person, pet) in [("ada", "tabby"), ("grace", "rex")] {
+    ///     let person_id = people.table_mut(&mut txn)?.insert(&[person.as_bytes(), b""])?;
+    ///     let pet_id = pets.table_mut(&mut txn)?.insert(&[pet.as_bytes(), b""])?;
+    ///     owners.tree_mut(&mut txn)?.insert(pet_id.to_be_bytes(), person_id.to_be_bytes())?;
+    /// }
+    /// txn.commit()?;
+    /// let rtx = env.begin_read()?;
+    /// assert_eq!(people.table(&rtx)?.len(), 2);
+    /// assert_eq!(owners.tree(&rtx)?.len(), 2);
+    /// # Ok::<(), hrafn::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`WriteTxn::open_table`].
+    pub fn table_handle(&mut self, name: &str, schema: &Schema) -> Result<TableHandle> {
+        self.table_index(name, schema, false)?;
+        Ok(TableHandle::new(name, schema))
     }
 
     /// Opens the named table with `schema`, rebuilding its indexes if its stored schema

@@ -1,6 +1,7 @@
 //! The write transaction: copy-on-write into scratch, commit through the journal, publish.
 
 use super::commit::{Prepared, with_pages};
+use super::handle::TreeHandle;
 use super::read::{bounds, list_trees, lookup_tree, prefix_end};
 use super::state::State;
 use crate::btree::node::ValueRef;
@@ -242,6 +243,79 @@ impl<'env> WriteTxn<'env> {
         self.meta.root_page = root.root_page;
         self.meta.tree_count = root.entry_count;
         Ok(true)
+    }
+
+    /// A handle on the named tree (of any kind, made by an `open_*` call in this
+    /// transaction or an earlier one) that does not borrow this transaction: keep several
+    /// in a struct next to it and bind each for one use with [`TreeHandle::tree_mut`] and
+    /// its siblings.
+    ///
+    /// ```
+    /// use hrafn::{TreeHandle, WriteTxn};
+    /// /// A writer a program keeps around: the transaction and its trees, no borrow between.
+    /// struct Ingest<'env> {
+    ///     txn: WriteTxn<'env>,
+    ///     names: TreeHandle,
+    ///     readings: TreeHandle,
+    /// }
+    /// impl Ingest<'_> {
+    ///     fn record(&mut self, sensor: u64, name: &str, at_ms: u64, value: f64) -> hrafn::Result<()> {
+    ///         self.names.tree_mut(&mut self.txn)?.insert(sensor.to_be_bytes(), name)?;
+    ///         let mut readings = self.readings.tree_mut(&mut self.txn)?;
+    ///         readings
+    ///             .open_fixed_tree(sensor.to_be_bytes(), 8)?
+    ///             .insert(at_ms, &value.to_le_bytes())?;
+    ///         Ok(())
+    ///     }
+    /// }
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let env = hrafn::Environment::open(dir.path(), hrafn::Options::default())?;
+    /// let mut txn = env.begin_write()?;
+    /// txn.open_tree("names")?;
+    /// txn.open_tree("readings")?;
+    /// let names = txn.tree_handle("names")?;
+    /// let readings = txn.tree_handle("readings")?;
+    /// let mut ingest = Ingest { txn, names, readings };
+    /// ingest.record(7, "boiler", 1_000, 71.5)?;
+    /// ingest.record(7, "boiler", 2_000, 72.0)?;
+    /// ingest.txn.commit()?;
+    /// let rtx = env.begin_read()?;
+    /// assert_eq!(rtx.open_tree("readings")?.open_fixed_tree(7u64.to_be_bytes())?.len(), 2);
+    /// # Ok::<(), hrafn::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::TreeNotFound`]; corruption.
+    pub fn tree_handle(&mut self, name: &str) -> Result<TreeHandle> {
+        let index = self.find_tree(name)?.ok_or_else(|| Error::TreeNotFound {
+            name: name.to_owned(),
+        })?;
+        Ok(TreeHandle::new(
+            name,
+            std::sync::Weak::new(),
+            self.trees[index].header,
+        ))
+    }
+
+    /// The open named tree `name`, which must exist and be of a kind `wanted` accepts.
+    pub(crate) fn existing_tree(
+        &mut self,
+        name: &str,
+        wanted: impl Fn(TreeKind) -> bool,
+        wanted_name: &str,
+    ) -> Result<usize> {
+        let index = self.find_tree(name)?.ok_or_else(|| Error::TreeNotFound {
+            name: name.to_owned(),
+        })?;
+        let kind = self.trees[index].header.kind;
+        if !wanted(kind) {
+            return Err(Error::WrongTreeKind {
+                name: name.to_owned(),
+                found: kind.to_string(),
+                wanted: wanted_name.to_owned(),
+            });
+        }
+        Ok(index)
     }
 
     /// Names of all trees, as this transaction sees them.
@@ -768,7 +842,11 @@ pub struct TreeMut<'t, 'env> {
     index: usize,
 }
 
-impl<'env> TreeMut<'_, 'env> {
+impl<'t, 'env> TreeMut<'t, 'env> {
+    pub(crate) fn new(txn: &'t mut WriteTxn<'env>, index: usize) -> TreeMut<'t, 'env> {
+        TreeMut { txn, index }
+    }
+
     /// Opens the B+tree nested under `key`, creating it if the key is absent.
     ///
     /// # Errors
