@@ -100,48 +100,55 @@ impl Writer<'_> {
 }
 
 /// Everything the read transaction sees, read through handles kept beside it.
-fn read_back(rtx: &ReadTxn<'_>, handles: &[TreeHandle; 3], things: &TableHandle) -> Model {
+fn read_back(
+    rtx: &ReadTxn<'_>,
+    handles: &[TreeHandle; 3],
+    things: &TableHandle,
+) -> hrafn::Result<Model> {
     let [names, readings, tags] = handles;
     let mut model = Model::default();
-    for entry in names.tree(rtx).unwrap().range::<&[u8], _>(..).unwrap() {
-        let (k, v) = entry.unwrap();
+    for entry in names.tree(rtx)?.range::<&[u8], _>(..)? {
+        let (k, v) = entry?;
         model.names.insert(k.to_vec(), v.to_vec());
     }
-    for entry in readings.fixed_tree(rtx).unwrap().range(..).unwrap() {
-        let (k, v) = entry.unwrap();
-        model.readings.insert(k, v.try_into().unwrap());
+    for entry in readings.fixed_tree(rtx)?.range(..)? {
+        let (k, v) = entry?;
+        model
+            .readings
+            .insert(k, v.try_into().expect("8-byte values"));
     }
-    let tags = tags.multi_tree(rtx).unwrap();
-    for key in tags.keys::<&[u8], _>(..).unwrap() {
-        let key = key.unwrap().to_vec();
+    let tags = tags.multi_tree(rtx)?;
+    for key in tags.keys::<&[u8], _>(..)? {
+        let key = key?.to_vec();
         let values = tags
-            .values(&key)
-            .unwrap()
-            .map(|v| v.unwrap().to_vec())
-            .collect();
+            .values(&key)?
+            .map(|v| v.map(<[u8]>::to_vec))
+            .collect::<hrafn::Result<_>>()?;
         model.tags.insert(key, values);
     }
-    for entry in things.table(rtx).unwrap().scan().unwrap() {
-        let (_, record) = entry.unwrap();
-        let key = record.field(0).unwrap().to_vec();
-        model.things.insert(key, record.field(1).unwrap().to_vec());
+    for entry in things.table(rtx)?.scan()? {
+        let (_, record) = entry?;
+        let key = record.field(0).expect("two fields").to_vec();
+        model
+            .things
+            .insert(key, record.field(1).expect("two fields").to_vec());
     }
-    model
+    Ok(model)
 }
 
 #[test]
-fn several_trees_and_tables_open_at_once_in_one_write_transaction() {
-    let dir = tempfile::tempdir().unwrap();
-    let env = Environment::open(dir.path(), common::small_options()).unwrap();
-    let mut txn = env.begin_write().unwrap();
-    txn.open_tree("names").unwrap();
-    txn.open_fixed_tree("readings", 8).unwrap();
-    txn.open_multi_tree("tags").unwrap();
+fn several_trees_and_tables_open_at_once_in_one_write_transaction() -> hrafn::Result<()> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = Environment::open(dir.path(), common::small_options())?;
+    let mut txn = env.begin_write()?;
+    txn.open_tree("names")?;
+    txn.open_fixed_tree("readings", 8)?;
+    txn.open_multi_tree("tags")?;
     let mut writer = Writer {
-        names: txn.tree_handle("names").unwrap(),
-        readings: txn.tree_handle("readings").unwrap(),
-        tags: txn.tree_handle("tags").unwrap(),
-        things: txn.table_handle("things", &schema()).unwrap(),
+        names: txn.tree_handle("names")?,
+        readings: txn.tree_handle("readings")?,
+        tags: txn.tree_handle("tags")?,
+        things: txn.table_handle("things", &schema())?,
         txn,
     };
     let mut model = Model::default();
@@ -150,7 +157,7 @@ fn several_trees_and_tables_open_at_once_in_one_write_transaction() {
     for round in 0..40 {
         for _ in 0..300 {
             r = mix(r);
-            writer.apply(r, &mut model).unwrap();
+            writer.apply(r, &mut model)?;
             operations += 1;
         }
         let Writer {
@@ -160,14 +167,14 @@ fn several_trees_and_tables_open_at_once_in_one_write_transaction() {
             tags,
             things,
         } = writer;
-        txn.commit().unwrap();
-        let rtx = env.begin_read().unwrap();
+        txn.commit()?;
+        let rtx = env.begin_read()?;
         let handles = [names, readings, tags];
-        assert_eq!(read_back(&rtx, &handles, &things), model, "round {round}");
+        assert_eq!(read_back(&rtx, &handles, &things)?, model, "round {round}");
         drop(rtx);
         let [names, readings, tags] = handles;
         writer = Writer {
-            txn: env.begin_write().unwrap(),
+            txn: env.begin_write()?,
             names,
             readings,
             tags,
@@ -178,42 +185,40 @@ fn several_trees_and_tables_open_at_once_in_one_write_transaction() {
     common::summary(&format!(
         "handles: {operations} operations over 4 structures through handles, 40 commits"
     ));
-    let report = env.begin_read().unwrap().check().unwrap();
+    let report = env.begin_read()?.check()?;
     assert_eq!(report.tree_count, 4, "the four named structures");
+    Ok(())
 }
 
 #[test]
-fn a_read_handle_kept_across_transactions_sees_each_ones_snapshot() {
-    let dir = tempfile::tempdir().unwrap();
-    let env = Environment::open(dir.path(), Options::default()).unwrap();
-    let mut wtx = env.begin_write().unwrap();
-    wtx.open_tree("t").unwrap().insert(b"a", b"1").unwrap();
-    wtx.commit().unwrap();
-    let first = env.begin_read().unwrap();
-    let handle = first.tree_handle("t").unwrap();
-    let mut wtx = env.begin_write().unwrap();
-    handle
-        .tree_mut(&mut wtx)
-        .unwrap()
-        .insert(b"b", b"2")
-        .unwrap();
-    wtx.commit().unwrap();
-    let second = env.begin_read().unwrap();
-    assert_eq!(handle.tree(&first).unwrap().len(), 1);
-    assert_eq!(handle.tree(&second).unwrap().len(), 2);
+fn a_read_handle_kept_across_transactions_sees_each_ones_snapshot() -> hrafn::Result<()> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = Environment::open(dir.path(), Options::default())?;
+    let mut wtx = env.begin_write()?;
+    wtx.open_tree("t")?.insert(b"a", b"1")?;
+    wtx.commit()?;
+    let first = env.begin_read()?;
+    let handle = first.tree_handle("t")?;
+    let mut wtx = env.begin_write()?;
+    handle.tree_mut(&mut wtx)?.insert(b"b", b"2")?;
+    wtx.commit()?;
+    let second = env.begin_read()?;
+    assert_eq!(handle.tree(&first)?.len(), 1);
+    assert_eq!(handle.tree(&second)?.len(), 2);
+    Ok(())
 }
 
 #[test]
-fn stale_and_wrong_kind_handles_are_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let env = Environment::open(dir.path(), Options::default()).unwrap();
-    let mut wtx = env.begin_write().unwrap();
+fn stale_and_wrong_kind_handles_are_refused() -> hrafn::Result<()> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = Environment::open(dir.path(), Options::default())?;
+    let mut wtx = env.begin_write()?;
     assert!(matches!(
         wtx.tree_handle("missing"),
         Err(Error::TreeNotFound { .. })
     ));
-    wtx.open_fixed_tree("fixed", 8).unwrap();
-    let fixed = wtx.tree_handle("fixed").unwrap();
+    wtx.open_fixed_tree("fixed", 8)?;
+    let fixed = wtx.tree_handle("fixed")?;
     assert!(matches!(
         fixed.tree_mut(&mut wtx),
         Err(Error::WrongTreeKind { .. })
@@ -222,25 +227,20 @@ fn stale_and_wrong_kind_handles_are_refused() {
         fixed.multi_tree_mut(&mut wtx),
         Err(Error::WrongTreeKind { .. })
     ));
-    fixed
-        .fixed_tree_mut(&mut wtx)
-        .unwrap()
-        .insert(1, &[0; 8])
-        .unwrap();
-    assert!(wtx.delete_tree("fixed").unwrap());
+    fixed.fixed_tree_mut(&mut wtx)?.insert(1, &[0; 8])?;
+    assert!(wtx.delete_tree("fixed")?);
     assert!(matches!(
         fixed.fixed_tree_mut(&mut wtx),
         Err(Error::TreeNotFound { .. })
     ));
-    let things = wtx.table_handle("things", &schema()).unwrap();
-    wtx.migrate_table("things", &Schema::new(2).primary_key(0))
-        .unwrap();
+    let things = wtx.table_handle("things", &schema())?;
+    wtx.migrate_table("things", &Schema::new(2).primary_key(0))?;
     assert!(matches!(
         things.table_mut(&mut wtx),
         Err(Error::SchemaMismatch { .. })
     ));
-    wtx.commit().unwrap();
-    let rtx = env.begin_read().unwrap();
+    wtx.commit()?;
+    let rtx = env.begin_read()?;
     assert!(matches!(
         things.table(&rtx),
         Err(Error::SchemaMismatch { .. })
@@ -249,4 +249,5 @@ fn stale_and_wrong_kind_handles_are_refused() {
         fixed.fixed_tree(&rtx),
         Err(Error::TreeNotFound { .. })
     ));
+    Ok(())
 }
