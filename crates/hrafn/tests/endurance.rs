@@ -2,8 +2,11 @@
 //!
 //! A child process (this test binary run again) opens an environment with default options
 //! and keeps it busy: four threads write small merged batches through
-//! `Environment::write`, one thread commits large `begin_write` transactions, two threads
-//! read throughout, and one read transaction is held through the middle third of the run.
+//! `Environment::write`, one thread commits large `begin_write` transactions, one keeps
+//! the data structures churning at a bounded size (a table with a primary key, a variable
+//! and a fixed index, records moving into and out of overflow runs; one nested fixed-size
+//! tree per series under a sliding time window, so trees embed, spill and embed again; a
+//! multi-value tree), two threads read throughout, and one read transaction is held through the middle third of the run.
 //! Every 250 ms the child prints a sample of its stats and its resident memory. At the end
 //! the parent kills it with SIGKILL mid-write and reopens the environment.
 //!
@@ -16,8 +19,12 @@
 //!   the one just rotated into), and outside the long reader those waiting stay under
 //!   [`WAITING_JOURNALS_BOUND`];
 //! - resident memory stays under [`RSS_BOUND_BYTES`] throughout, the long reader included;
+//! - the data file stops growing: live data is bounded, so freed pages (table pages emptied
+//!   or compacted, spilled trees folded back) are reused, and after the long reader the file
+//!   grows by at most [`DATA_FILE_GROWTH_AFTER_PIN`] over its size while the reader was open;
 //! - after the kill, reopening replays only what was written since the last sync the child
-//!   reported, and takes at most a second.
+//!   reported, and takes at most a second, and the integrity check passes (every table
+//!   index agrees with its records, every embedded tree decodes, no page owned twice).
 //!
 //! `HRAFN_ENDURANCE_SECS` sets the run's length (default 60). With `HRAFN_ENDURANCE_OUT`
 //! set to a directory, the samples are also written there as `samples.csv` and plotted in
@@ -26,6 +33,7 @@
 mod common;
 
 use common::mix;
+use hrafn::table::Schema;
 use hrafn::{Environment, Options, WriteBatch};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
@@ -48,6 +56,9 @@ const CATCH_UP_MS: u64 = 2_000;
 /// Resident memory of the child, throughout. The data set is a few tens of MiB; what the
 /// long reader pins is bounded by the pages written while it is open.
 const RSS_BOUND_BYTES: u64 = 1 << 30;
+/// Growth of the data file allowed after the long reader ends, over its largest size while
+/// the reader was open (pages the reader pinned come back to the free-space map then).
+const DATA_FILE_GROWTH_AFTER_PIN: f64 = 0.10;
 /// Longest reopen after the kill.
 const REOPEN_BOUND: Duration = Duration::from_secs(1);
 
@@ -56,10 +67,14 @@ const READERS: u64 = 2;
 const SMALL_KEYS_PER_WRITER: u64 = 4096;
 const BIG_KEYS: u64 = 100_000;
 const BIG_TXN_KEYS: u64 = 1000;
+/// The structures thread: live table records, series, samples kept per series.
+const TABLE_KEYS: u64 = 4000;
+const SERIES: u64 = 64;
+const SAMPLES_PER_SERIES: u64 = 600;
 
 const CSV_HEADER: &str = "t_ms,txn_id,synced_txn_id,commits,flushes,syncs,journal_files_on_disk,\
 journal_files_waiting,journal_files_ready,scratch_used_bytes,scratch_pinned_bytes,rss_bytes,\
-oldest_reader_age_ms,long_reader_open";
+oldest_reader_age_ms,long_reader_open,data_file_bytes";
 
 /// One line of the child's report.
 #[derive(Debug, Clone, Copy, Default)]
@@ -78,12 +93,13 @@ struct Sample {
     rss_bytes: u64,
     oldest_reader_age_ms: u64,
     long_reader_open: bool,
+    data_file_bytes: u64,
 }
 
 impl Sample {
     fn to_csv(self) -> String {
         format!(
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             self.t_ms,
             self.txn_id,
             self.synced_txn_id,
@@ -97,7 +113,8 @@ impl Sample {
             self.scratch_pinned_bytes,
             self.rss_bytes,
             self.oldest_reader_age_ms,
-            u8::from(self.long_reader_open)
+            u8::from(self.long_reader_open),
+            self.data_file_bytes
         )
     }
 
@@ -106,7 +123,7 @@ impl Sample {
             .split(',')
             .map(|f| f.trim().parse().ok())
             .collect::<Option<_>>()?;
-        (v.len() == 14).then(|| Sample {
+        (v.len() == 15).then(|| Sample {
             t_ms: v[0],
             txn_id: v[1],
             synced_txn_id: v[2],
@@ -121,6 +138,7 @@ impl Sample {
             rss_bytes: v[11],
             oldest_reader_age_ms: v[12],
             long_reader_open: v[13] != 0,
+            data_file_bytes: v[14],
         })
     }
 }
@@ -226,6 +244,17 @@ fn child_main(dir: &Path, run_for: Duration) {
             }
         }));
     }
+    {
+        let env = Arc::clone(&env);
+        threads.push(std::thread::spawn(move || {
+            for round in 0u64.. {
+                if let Err(e) = structures_round(&env, round) {
+                    child_fail(&format!("structures: {e}"));
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }));
+    }
     for r in 0..READERS {
         let env = Arc::clone(&env);
         let stop = Arc::clone(&stop);
@@ -272,6 +301,8 @@ fn child_main(dir: &Path, run_for: Duration) {
                     rss_bytes: rss_bytes(),
                     oldest_reader_age_ms: stats.oldest_reader_age_ms.unwrap_or(0),
                     long_reader_open: long_reader_open.load(Ordering::Relaxed),
+                    data_file_bytes: std::fs::metadata(dir.join(hrafn::DATA_FILE))
+                        .map_or(0, |m| m.len()),
                 };
                 say(&format!("SAMPLE {}", sample.to_csv()));
             }
@@ -308,6 +339,74 @@ fn child_main(dir: &Path, run_for: Duration) {
     // Writers go on until the parent's SIGKILL.
     std::thread::sleep(Duration::from_secs(3600));
     child_fail("not killed");
+}
+
+fn events_schema() -> Schema {
+    Schema::new(4)
+        .primary_key(0)
+        .index("by-kind", &[1])
+        .fixed_index("by-seq", 2)
+}
+
+/// One transaction over the data structures, each kept at a bounded size: table records
+/// inserted, resized (into and out of overflow runs) and deleted; each series appends
+/// samples at increasing timestamps and drops those older than its window; tags come and
+/// go.
+fn structures_round(env: &Environment, round: u64) -> hrafn::Result<()> {
+    let mut wtx = env.begin_write()?;
+    {
+        let mut events = wtx.open_table("events", &events_schema())?;
+        for i in 0..50 {
+            let n = mix(round << 16 ^ i);
+            let pk = format!("e{:05}", n % TABLE_KEYS).into_bytes();
+            let kind = format!("kind{}", n % 13).into_bytes();
+            let seq = (round << 16 | i).to_be_bytes();
+            let payload_bytes = if n % 17 == 0 {
+                3_000 // an overflow run
+            } else {
+                40 + (n as usize >> 8) % 300
+            };
+            let payload = vec![n as u8; payload_bytes];
+            match events.get_by_key(&pk)? {
+                Some((id, _)) if n % 3 == 0 => {
+                    events.delete(id)?;
+                }
+                Some((id, _)) => {
+                    events.update(id, &[&pk, &kind, &seq, &payload])?;
+                }
+                None => {
+                    events.insert(&[&pk, &kind, &seq, &payload])?;
+                }
+            }
+        }
+    }
+    {
+        let mut series = wtx.open_tree("series")?;
+        let now = round * 10;
+        for s in 0..SERIES {
+            let mut samples = series.open_fixed_tree(s.to_be_bytes(), 16)?;
+            for t in now..now + 10 {
+                samples.insert(t, &[s as u8; 16])?;
+            }
+            if now >= SAMPLES_PER_SERIES {
+                samples.delete_range(..now - SAMPLES_PER_SERIES)?;
+            }
+        }
+    }
+    {
+        let mut tags = wtx.open_multi_tree("tags")?;
+        for i in 0..40 {
+            let n = mix(round << 8 ^ i ^ 0x7a65);
+            let key = format!("tag{}", n % 50);
+            let value = ((n >> 16) % 2_000).to_be_bytes();
+            if n % 2 == 0 {
+                tags.add(key, value)?;
+            } else {
+                tags.remove(key, value)?;
+            }
+        }
+    }
+    wtx.commit()
 }
 
 // ---------------------------------------------------------------------------------------
@@ -472,11 +571,28 @@ fn steady_state_under_default_options() {
     }
     let pinned = samples.iter().filter(|s| s.long_reader_open).count();
     assert!(pinned >= 4, "the long reader was seen in {pinned} samples");
+
+    // The data file stops growing: after the long reader, its size stays within a margin
+    // of the largest it reached until then.
+    let pin_end_ms = pin_ended_ms.expect("the long reader ended");
+    let until_pin_end = samples
+        .iter()
+        .filter(|s| s.t_ms <= pin_end_ms)
+        .map(|s| s.data_file_bytes)
+        .max()
+        .unwrap_or(0);
+    let data_file_end = last.data_file_bytes;
+    assert!(
+        data_file_end as f64 <= until_pin_end as f64 * (1.0 + DATA_FILE_GROWTH_AFTER_PIN),
+        "the data file kept growing: {until_pin_end} bytes until the long reader ended, \
+         {data_file_end} at the end"
+    );
     let peak = |f: fn(&Sample) -> u64| samples.iter().map(f).max().unwrap_or(0);
     let summary = format!(
         "endurance: {} s, {} commits ({:.0}/s), {} flushes, {} syncs, longest sync stall \
          outside the long reader {} ms, journal files on disk peak {} (waiting peak {}), \
-         scratch peak {:.1} MiB, pinned peak {:.1} MiB, RSS peak {:.1} MiB",
+         scratch peak {:.1} MiB, pinned peak {:.1} MiB, RSS peak {:.1} MiB, data file \
+         {:.1} MiB until the long reader ended and {:.1} MiB at the end",
         run_for.as_secs(),
         last.commits,
         last.commits as f64 / (last.t_ms as f64 / 1000.0),
@@ -488,6 +604,8 @@ fn steady_state_under_default_options() {
         peak(|s| s.scratch_used_bytes) as f64 / (1 << 20) as f64,
         peak(|s| s.scratch_pinned_bytes) as f64 / (1 << 20) as f64,
         peak(|s| s.rss_bytes) as f64 / (1 << 20) as f64,
+        until_pin_end as f64 / (1 << 20) as f64,
+        data_file_end as f64 / (1 << 20) as f64,
     );
 
     // Reopen after the kill replays only what came after the last reported sync.
@@ -540,7 +658,7 @@ fn svg(samples: &[Sample]) -> String {
         let dt = (w[1].t_ms - w[0].t_ms).max(1) as f64 / 1000.0;
         throughput.push((w[1].t_ms, (w[1].commits - w[0].commits) as f64 / dt));
     }
-    let series: [(&str, Vec<(u64, f64)>); 4] = [
+    let series: [(&str, Vec<(u64, f64)>); 5] = [
         ("commits/s", throughput),
         (
             "journal files on disk",
@@ -559,6 +677,13 @@ fn svg(samples: &[Sample]) -> String {
         (
             "RSS MiB",
             samples.iter().map(|s| (s.t_ms, mib(s.rss_bytes))).collect(),
+        ),
+        (
+            "data file MiB",
+            samples
+                .iter()
+                .map(|s| (s.t_ms, mib(s.data_file_bytes)))
+                .collect(),
         ),
     ];
     let (width, panel, margin) = (900.0, 160.0, 40.0);
