@@ -361,14 +361,14 @@ fn structures_round(env: &Environment, round: u64) -> hrafn::Result<()> {
             let pk = format!("e{:05}", n % TABLE_KEYS).into_bytes();
             let kind = format!("kind{}", n % 13).into_bytes();
             let seq = (round << 16 | i).to_be_bytes();
-            let payload_bytes = if n % 17 == 0 {
+            let payload_bytes = if n.is_multiple_of(17) {
                 3_000 // an overflow run
             } else {
                 40 + (n as usize >> 8) % 300
             };
             let payload = vec![n as u8; payload_bytes];
             match events.get_by_key(&pk)? {
-                Some((id, _)) if n % 3 == 0 => {
+                Some((id, _)) if n.is_multiple_of(3) => {
                     events.delete(id)?;
                 }
                 Some((id, _)) => {
@@ -399,7 +399,7 @@ fn structures_round(env: &Environment, round: u64) -> hrafn::Result<()> {
             let n = mix(round << 8 ^ i ^ 0x7a65);
             let key = format!("tag{}", n % 50);
             let value = ((n >> 16) % 2_000).to_be_bytes();
-            if n % 2 == 0 {
+            if n.is_multiple_of(2) {
                 tags.add(key, value)?;
             } else {
                 tags.remove(key, value)?;
