@@ -568,6 +568,12 @@ fn reseal_header(image: &mut [u8]) {
         journal_offset_bytes: page::get_u64(image, o::JOURNAL_OFFSET),
         chain_checksum: page::get_u64(image, o::CHAIN_CHECKSUM),
         next_page_number: page::get_u64(image, o::NEXT_PAGE_NUMBER),
+        backup: hrafn::header::BackupPoint {
+            enabled: page::get_u64(image, o::BACKUP_FLAGS) & 1 != 0,
+            txn_id: page::get_u64(image, o::BACKUP_TXN_ID),
+            journal_number: page::get_u64(image, o::BACKUP_JOURNAL_NUMBER),
+            journal_offset_bytes: page::get_u64(image, o::BACKUP_JOURNAL_OFFSET),
+        },
     };
     let encoded = h.encode();
     let n = encoded.len().min(image.len());

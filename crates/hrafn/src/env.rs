@@ -82,6 +82,12 @@ pub struct Options {
     /// Without it, concurrent callers split into two groups that take turns, each
     /// journal write carrying only half of them.
     pub merge_linger_us: u64,
+    /// Keep journals until a backup copies them, so that
+    /// [`Environment::incremental_backup_to`] can copy what was journaled since the last
+    /// backup. Read when the environment is created and stored in it; an existing
+    /// environment keeps what it was created with. Journals then take disk until the next
+    /// backup.
+    pub incremental_backups: bool,
 }
 
 impl Options {
@@ -111,6 +117,7 @@ impl Default for Options {
             merge_batch_max_bytes: 16 << 20,
             merge_wait_timeout_ms: 30_000,
             merge_linger_us: 50,
+            incremental_backups: false,
         }
     }
 }
@@ -403,7 +410,7 @@ impl Environment {
             Some(h) => h,
             None => {
                 refuse_unless_never_created(&*storage)?;
-                create(&*storage)?
+                create(&*storage, options.incremental_backups)?
             }
         };
         let data_file = open_data_file(&*storage)?;
@@ -452,6 +459,7 @@ impl Environment {
             journal_offset_bytes: 0,
             chain_checksum: replayed.chain_checksum,
             next_page_number: replayed.next_page_number,
+            backup: header.backup,
         };
         header::write(&*storage, &new_header)?;
         storage.note(StorageEvent::HeaderDurable {
@@ -463,6 +471,7 @@ impl Environment {
             &options,
             &journal_index,
             replayed.last_txn_id,
+            header.backup,
         )?;
         phase.end()?;
         let durable = options.durability == Durability::Immediate;
@@ -758,7 +767,7 @@ const CREATED_DATA_PAGES: u64 = 16;
 /// temporary file and a rename, so a crash during creation leaves no header and the next
 /// open starts over (after [`refuse_unless_never_created`] has shown that nothing but
 /// what creation writes is there).
-fn create(storage: &dyn Storage) -> Result<Header> {
+fn create(storage: &dyn Storage, incremental_backups: bool) -> Result<Header> {
     let io = |what: &'static str| move |e| Error::io(what, e);
     storage
         .create_dir("journal")
@@ -799,6 +808,12 @@ fn create(storage: &dyn Storage) -> Result<Header> {
         journal_offset_bytes: 0,
         chain_checksum: 0,
         next_page_number: 1,
+        backup: crate::header::BackupPoint {
+            enabled: incremental_backups,
+            txn_id: 0,
+            journal_number: 1,
+            journal_offset_bytes: 0,
+        },
     };
     let tmp = "header.a.tmp";
     let file = storage
@@ -1082,6 +1097,7 @@ fn retire_old_journals(
     options: &Options,
     index: &Mutex<JournalIndex>,
     synced_txn_id: u64,
+    backup: crate::header::BackupPoint,
 ) -> Result<()> {
     let names = storage
         .list("journal")
@@ -1094,6 +1110,15 @@ fn retire_old_journals(
         .collect();
     numbers.sort_unstable();
     for number in numbers {
+        if backup.enabled && number >= backup.journal_number && synced_txn_id > backup.txn_id {
+            // Records the next incremental backup copies; their last transaction is at
+            // most the last one recovered.
+            index
+                .lock()
+                .kept_for_backup
+                .push_back((number, synced_txn_id));
+            continue;
+        }
         storage.note(StorageEvent::JournalRetire {
             journal_number: number,
             last_txn_id: synced_txn_id,

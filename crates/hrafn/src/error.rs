@@ -159,6 +159,10 @@ pub enum Error {
     /// value did not encode.
     #[error("cannot decode {what}")]
     Decode { what: String },
+    /// A backup (or a chain of them) that does not verify: unfinished, damaged, or not the
+    /// continuation of the one before it (`hrafn::backup`).
+    #[error("backup {path}: {reason}")]
+    InvalidBackup { path: String, reason: String },
 }
 
 impl Error {
@@ -278,6 +282,10 @@ impl Error {
             Error::Decode { what } => Error::Decode { what: what.clone() },
             Error::TransactionFailed { cause } => Error::TransactionFailed {
                 cause: cause.clone(),
+            },
+            Error::InvalidBackup { path, reason } => Error::InvalidBackup {
+                path: path.clone(),
+                reason: reason.clone(),
             },
         }
     }

@@ -489,6 +489,7 @@ fn sync(inner: &EnvInner, book: &mut FlushBook) -> Result<()> {
         journal_offset_bytes: end.end_offset_bytes,
         chain_checksum: end.checksum,
         next_page_number: end.next_page_number,
+        backup: book.header.backup,
     };
     header::write(&*inner.storage, &header).map_err(fail)?;
     inner.storage.note(StorageEvent::HeaderDurable {
@@ -499,7 +500,11 @@ fn sync(inner: &EnvInner, book: &mut FlushBook) -> Result<()> {
     book.bytes_since_sync = 0;
     inner.counters.syncs.fetch_add(1, Ordering::Relaxed);
     let current = inner.current_journal.load(Ordering::SeqCst);
-    let retired = inner.journal_index.lock().retire_through(target, current);
+    let backed_up = header.backup.enabled.then_some(header.backup.txn_id);
+    let retired = inner
+        .journal_index
+        .lock()
+        .retire_through(target, current, backed_up);
     for number in retired {
         inner.storage.note(StorageEvent::JournalRetire {
             journal_number: number,

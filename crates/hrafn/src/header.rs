@@ -16,7 +16,11 @@
 //! | 56 | 8 | byte offset in that journal where replay starts |
 //! | 64 | 8 | chain checksum of the record of the last synced transaction (0 for none) |
 //! | 72 | 8 | next page number at the sync point |
-//! | 80 | 40 | reserved, 0 |
+//! | 80 | 8 | backup flags: bit 0 = incremental backups enabled (journals kept until backed up) |
+//! | 88 | 8 | last transaction in a backup (incremental backups only) |
+//! | 96 | 8 | journal number where the next incremental backup starts |
+//! | 104 | 8 | byte offset in that journal |
+//! | 112 | 8 | reserved, 0 |
 //! | 120 | 8 | checksum: xxh3-64 of bytes 0..120 |
 //!
 //! The header occupies the first 128 bytes of a 4 KiB file; one 512-byte sector holds it.
@@ -29,10 +33,10 @@ use crate::storage::{FileKind, Storage, read_exact_at, write_all_at};
 /// Header magic.
 pub const HEADER_MAGIC: [u8; 8] = *b"HRAFNHDR";
 /// On-disk format version; bump together with `docs/format.md`.
-pub const FORMAT_VERSION: u32 = 4;
-/// Oldest format this build opens: versions 2 and 3 differ only by what later versions added
-/// (fixed-size trees; nested and multi-value trees), so they are read as they are and
-/// become the current version at their next header write.
+pub const FORMAT_VERSION: u32 = 5;
+/// Oldest format this build opens: versions 2 to 4 differ only by what later versions added
+/// (fixed-size trees; nested and multi-value trees, tables; the backup fields, zero before),
+/// so they are read as they are and become the current version at their next header write.
 pub const FORMAT_VERSION_OLDEST: u32 = 2;
 /// Bytes of the header that carry data.
 pub const HEADER_SIZE_BYTES: usize = 128;
@@ -60,10 +64,30 @@ pub mod offsets {
     pub const JOURNAL_OFFSET: usize = 56;
     pub const CHAIN_CHECKSUM: usize = 64;
     pub const NEXT_PAGE_NUMBER: usize = 72;
-    pub const RESERVED: usize = 80;
+    pub const BACKUP_FLAGS: usize = 80;
+    pub const BACKUP_TXN_ID: usize = 88;
+    pub const BACKUP_JOURNAL_NUMBER: usize = 96;
+    pub const BACKUP_JOURNAL_OFFSET: usize = 104;
+    pub const RESERVED: usize = 112;
     pub const CHECKSUM: usize = 120;
 }
 const _: () = assert!(offsets::CHECKSUM + 8 == HEADER_SIZE_BYTES);
+
+/// Where the next incremental backup starts: every journal record after it is kept until
+/// a backup copies it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BackupPoint {
+    /// Incremental backups were enabled when the environment was created.
+    pub enabled: bool,
+    /// The last transaction a backup holds.
+    pub txn_id: u64,
+    /// The journal and byte offset just past that transaction's record.
+    pub journal_number: u64,
+    pub journal_offset_bytes: u64,
+}
+
+/// Bit of the backup flags: incremental backups enabled.
+const BACKUP_INCREMENTAL: u64 = 1;
 
 /// A decoded header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,6 +99,7 @@ pub struct Header {
     pub journal_offset_bytes: u64,
     pub chain_checksum: u64,
     pub next_page_number: u64,
+    pub backup: BackupPoint,
 }
 
 impl Header {
@@ -92,6 +117,23 @@ impl Header {
         put_u64(&mut out, o::JOURNAL_OFFSET, self.journal_offset_bytes);
         put_u64(&mut out, o::CHAIN_CHECKSUM, self.chain_checksum);
         put_u64(&mut out, o::NEXT_PAGE_NUMBER, self.next_page_number);
+        let flags = if self.backup.enabled {
+            BACKUP_INCREMENTAL
+        } else {
+            0
+        };
+        put_u64(&mut out, o::BACKUP_FLAGS, flags);
+        put_u64(&mut out, o::BACKUP_TXN_ID, self.backup.txn_id);
+        put_u64(
+            &mut out,
+            o::BACKUP_JOURNAL_NUMBER,
+            self.backup.journal_number,
+        );
+        put_u64(
+            &mut out,
+            o::BACKUP_JOURNAL_OFFSET,
+            self.backup.journal_offset_bytes,
+        );
         let checksum = xxhash_rust::xxh3::xxh3_64(&out[..o::CHECKSUM]);
         put_u64(&mut out, o::CHECKSUM, checksum);
         out
@@ -141,6 +183,12 @@ impl Header {
             journal_offset_bytes: get_u64(bytes, o::JOURNAL_OFFSET),
             chain_checksum: get_u64(bytes, o::CHAIN_CHECKSUM),
             next_page_number: get_u64(bytes, o::NEXT_PAGE_NUMBER),
+            backup: BackupPoint {
+                enabled: get_u64(bytes, o::BACKUP_FLAGS) & BACKUP_INCREMENTAL != 0,
+                txn_id: get_u64(bytes, o::BACKUP_TXN_ID),
+                journal_number: get_u64(bytes, o::BACKUP_JOURNAL_NUMBER),
+                journal_offset_bytes: get_u64(bytes, o::BACKUP_JOURNAL_OFFSET),
+            },
         };
         // Counters and positions far beyond anything a real environment reaches: recovery
         // adds to them and multiplies page numbers by the page size, which must not overflow.
@@ -149,6 +197,9 @@ impl Header {
             || header.journal_number > COUNTER_MAX
             || header.journal_offset_bytes > COUNTER_MAX
             || header.next_page_number > PAGE_NUMBER_MAX
+            || header.backup.txn_id > COUNTER_MAX
+            || header.backup.journal_number > COUNTER_MAX
+            || header.backup.journal_offset_bytes > COUNTER_MAX
         {
             return Err(bad("header field out of range"));
         }
@@ -262,6 +313,7 @@ mod tests {
             journal_offset_bytes: 0,
             chain_checksum: 0,
             next_page_number: 1,
+            backup: BackupPoint::default(),
         };
         for version in 0..FORMAT_VERSION + 2 {
             let mut bytes = h.encode();
@@ -288,6 +340,12 @@ mod tests {
             journal_offset_bytes: 8192,
             chain_checksum: 1234,
             next_page_number: 99,
+            backup: BackupPoint {
+                enabled: true,
+                txn_id: 7,
+                journal_number: 2,
+                journal_offset_bytes: 4096,
+            },
         };
         let bytes = h.encode();
         assert_eq!(Header::decode(&bytes, "header.b").expect("valid"), h);
@@ -310,6 +368,13 @@ mod tests {
             },
             Header {
                 next_page_number: PAGE_NUMBER_MAX + 1,
+                ..h
+            },
+            Header {
+                backup: BackupPoint {
+                    journal_offset_bytes: COUNTER_MAX + 1,
+                    ..h.backup
+                },
                 ..h
             },
         ] {

@@ -32,6 +32,7 @@
 //! # }
 //! ```
 
+pub mod backup;
 pub mod btree;
 pub mod check;
 mod env;

@@ -98,6 +98,9 @@ pub struct JournalIndex {
     pub records: VecDeque<RecordEnd>,
     /// Journal files holding records newer than the last sync: (number, last txn id).
     pub active: VecDeque<(u64, u64)>,
+    /// Journal files a sync covers that incremental backups still need: (number, last
+    /// txn id), oldest first. A backup that copies them releases them.
+    pub kept_for_backup: VecDeque<(u64, u64)>,
     /// Retired journal files that may be renamed and reused.
     pub recyclable: Vec<u64>,
     /// The current journal when it is full: the writer will not append to it again, so
@@ -117,8 +120,15 @@ pub struct JournalIndex {
 
 impl JournalIndex {
     /// Forgets records up to `synced_txn_id` and returns the journal numbers (other than
-    /// `current`) whose records are all covered, for recycling.
-    pub fn retire_through(&mut self, synced_txn_id: u64, current: u64) -> Vec<u64> {
+    /// `current`) whose records are all covered, for recycling. With `backed_up_txn_id`
+    /// (incremental backups), a covered file holding a record after it is kept for the
+    /// next backup instead.
+    pub fn retire_through(
+        &mut self,
+        synced_txn_id: u64,
+        current: u64,
+        backed_up_txn_id: Option<u64>,
+    ) -> Vec<u64> {
         while self
             .records
             .front()
@@ -132,9 +142,28 @@ impl JournalIndex {
                 break;
             }
             self.active.pop_front();
-            retired.push(number);
+            match backed_up_txn_id {
+                Some(backed_up) if last_txn_id > backed_up => {
+                    self.kept_for_backup.push_back((number, last_txn_id));
+                }
+                _ => retired.push(number),
+            }
         }
         retired
+    }
+
+    /// Returns the journal files kept for a backup whose records a backup through
+    /// `backed_up_txn_id` now holds, for recycling.
+    pub fn release_backed_up(&mut self, backed_up_txn_id: u64) -> Vec<u64> {
+        let mut released = Vec::new();
+        while let Some(&(number, last_txn_id)) = self.kept_for_backup.front() {
+            if last_txn_id > backed_up_txn_id {
+                break;
+            }
+            self.kept_for_backup.pop_front();
+            released.push(number);
+        }
+        released
     }
 
     /// The newest kept sync point at or before `txn_id`.
@@ -235,6 +264,12 @@ impl JournalWriter {
     /// The file being written.
     pub fn current_file(&self) -> Arc<dyn StorageFile> {
         Arc::clone(&self.file)
+    }
+
+    /// Where the next record goes (journal number, byte offset) and the chain checksum of
+    /// the last one.
+    pub fn position(&self) -> (u64, u64, u64) {
+        (self.journal_number, self.position_bytes, self.prev_checksum)
     }
 
     /// Number of the journal being written.
@@ -565,11 +600,23 @@ mod tests {
     fn retire_keeps_current_and_uncovered() {
         let mut index = JournalIndex::default();
         index.active.extend([(1, 10), (2, 20), (3, 30)]);
-        assert_eq!(index.retire_through(20, 3), vec![1, 2]);
+        assert_eq!(index.retire_through(20, 3, None), vec![1, 2]);
         assert_eq!(
-            index.retire_through(30, 3),
+            index.retire_through(30, 3, None),
             Vec::<u64>::new(),
             "current stays"
         );
+    }
+
+    #[test]
+    fn files_a_backup_has_not_copied_are_kept_until_one_does() {
+        let mut index = JournalIndex::default();
+        index.active.extend([(1, 10), (2, 20), (3, 30), (4, 40)]);
+        // Backed up through 10: file 1 goes, 2 and 3 are kept, 4 is current.
+        assert_eq!(index.retire_through(40, 4, Some(10)), vec![1]);
+        assert_eq!(index.kept_for_backup, [(2, 20), (3, 30)]);
+        assert_eq!(index.release_backed_up(25), vec![2]);
+        assert_eq!(index.release_backed_up(30), vec![3]);
+        assert!(index.kept_for_backup.is_empty());
     }
 }

@@ -27,6 +27,11 @@ impl<'env> ReadTxn<'env> {
         Ok(ReadTxn { env, slot, state })
     }
 
+    /// The snapshot's pages.
+    pub(crate) fn state(&self) -> &State {
+        &self.state
+    }
+
     /// The id of the last transaction this snapshot includes.
     pub fn txn_id(&self) -> u64 {
         self.state.txn_id
