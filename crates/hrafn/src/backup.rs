@@ -46,8 +46,8 @@ pub enum BackupKind {
     Incremental,
 }
 
-/// A place in the journal: a file and a byte offset in it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// A place in the journal: a file and a byte offset in it (ordered as the journal is).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
 pub struct JournalPosition {
     /// The journal file's number.
     pub journal_number: u64,
@@ -766,7 +766,8 @@ pub fn verify_storage(storage: &dyn Storage, shown: &str) -> Result<Manifest> {
 }
 
 /// Checks a chain: each backup as [`verify`] does, the first full, each next one an
-/// incremental of the same environment starting where the one before it ended.
+/// incremental of the same environment starting where the one before it ended (or
+/// earlier) and ending no earlier.
 ///
 /// # Errors
 /// [`Error::InvalidBackup`] naming the backup and what is wrong.
@@ -786,7 +787,15 @@ pub fn verify_chain(storages: &[(&dyn Storage, String)]) -> Result<Vec<Manifest>
                 if manifest.env_id != before.env_id {
                     return Err(invalid(shown, "taken from another environment"));
                 }
-                if manifest.start != before.end || manifest.first_txn_id != before.last_txn_id + 1 {
+                // An incremental may overlap the one before it (when the environment could
+                // not record that one's end, the next starts earlier): the journal bytes
+                // of both are the same where they overlap, and recovery replays from the
+                // full backup's position. A gap cannot be filled.
+                if manifest.start > before.end
+                    || manifest.first_txn_id > before.last_txn_id + 1
+                    || manifest.end < before.end
+                    || manifest.last_txn_id < before.last_txn_id
+                {
                     return Err(invalid(
                         shown,
                         format!(
