@@ -4,6 +4,7 @@
 //! Exit codes: 0 success; 1 the thing asked for is not there (a tree, a key) or the check
 //! found damage; 2 bad usage; 3 any other error (unreadable directory, I/O).
 
+mod backup;
 mod dump;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -68,6 +69,39 @@ enum Command {
     Dump { dir: PathBuf },
     /// Reads a dump from standard input into the environment (made if missing).
     Load { dir: PathBuf },
+    /// Backs the environment up into directory OUT (new or empty) while others use it. A
+    /// full backup opens it read-only (it may be open in another process); with
+    /// `--chain` or `--incremental` it opens it for writing (no other process may).
+    Backup {
+        dir: PathBuf,
+        out: PathBuf,
+        /// Copy only what was committed since the last backup (environments created with
+        /// incremental backups enabled).
+        #[arg(long)]
+        incremental: bool,
+        /// A full backup that starts a chain: later `--incremental` backups continue it.
+        #[arg(long, conflicts_with = "incremental")]
+        chain: bool,
+    },
+    /// Lays a full backup and the incrementals after it, in order, into directory INTO
+    /// (new or empty), replays them and checks the result.
+    Restore {
+        /// The restored environment's directory.
+        #[arg(long)]
+        into: PathBuf,
+        /// The full backup, then each incremental.
+        #[arg(required = true)]
+        backups: Vec<PathBuf>,
+    },
+    /// Checks backups without restoring them: manifests, every file's checksum, and that
+    /// each continues the one before it. `--deep` also restores them into a temporary
+    /// directory and runs the integrity check there.
+    Verify {
+        #[arg(required = true)]
+        backups: Vec<PathBuf>,
+        #[arg(long)]
+        deep: bool,
+    },
 }
 
 /// How keys and values are printed.
@@ -93,6 +127,7 @@ impl From<Error> for Failure {
         let code = match e {
             Error::TreeNotFound { .. } => 1,
             Error::Corruption { .. } => 1,
+            Error::InvalidBackup { .. } => 1,
             _ => 3,
         };
         Failure {
@@ -220,6 +255,14 @@ fn run(command: Command, out: &mut impl Write) -> Result<(), Failure> {
             eprintln!("loaded {loaded} entries and records");
             Ok(())
         }
+        Command::Backup {
+            dir,
+            out: target,
+            incremental,
+            chain,
+        } => backup::backup(&dir, &target, incremental, chain, out),
+        Command::Restore { into, backups } => backup::restore(&backups, &into, out),
+        Command::Verify { backups, deep } => backup::verify(&backups, deep, out),
         Command::Scan {
             dir,
             tree,

@@ -206,3 +206,106 @@ fn a_dump_loads_back_into_an_identical_database() {
     assert_eq!(refused.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&refused.stderr).contains("line 3"));
 }
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn backup_verify_and_restore_while_another_process_writes() {
+    let (dir, writer) = fixture();
+    let work = tempfile::tempdir().expect("tempdir");
+    let d = dir.path().to_str().expect("utf-8 path");
+    let b = work.path().join("full");
+    let b = b.to_str().expect("utf-8 path");
+    let backup = hrafn(&["backup", d, b]);
+    assert!(backup.status.success(), "{backup:?}");
+    assert!(stdout(&backup).contains("\tfull\t"), "{}", stdout(&backup));
+
+    let verify = hrafn(&["verify", "--deep", b]);
+    assert!(verify.status.success(), "{verify:?}");
+    assert!(stdout(&verify).ends_with("ok\n"), "{}", stdout(&verify));
+
+    let r = work.path().join("restored");
+    let r = r.to_str().expect("utf-8 path");
+    let restore = hrafn(&["restore", "--into", r, b]);
+    assert!(restore.status.success(), "{restore:?}");
+    assert_eq!(stdout(&hrafn(&["dump", r])), stdout(&hrafn(&["dump", d])));
+
+    // The writer holds the environment: an incremental backup needs it, and says so.
+    let refused = hrafn(&[
+        "backup",
+        "--incremental",
+        d,
+        work.path().join("i").to_str().expect("path"),
+    ]);
+    assert_eq!(refused.status.code(), Some(3), "{refused:?}");
+    assert!(
+        stderr(&refused).contains("another process"),
+        "{}",
+        stderr(&refused)
+    );
+    drop(writer);
+
+    // A backup cut short (no manifest) is rejected, with exit code 1.
+    std::fs::remove_file(work.path().join("full").join("BACKUP")).expect("remove manifest");
+    let partial = hrafn(&["verify", b]);
+    assert_eq!(partial.status.code(), Some(1), "{partial:?}");
+    assert!(
+        stderr(&partial).contains("no manifest"),
+        "{}",
+        stderr(&partial)
+    );
+}
+
+#[test]
+fn a_chain_of_backups_from_the_command_line_restores_to_the_last() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let work = tempfile::tempdir().expect("tempdir");
+    let options = Options {
+        incremental_backups: true,
+        ..Options::default()
+    };
+    let write = |from: u64| {
+        let env = Environment::open(dir.path(), options.clone()).expect("open");
+        let mut wtx = env.begin_write().expect("write");
+        {
+            let mut t = wtx.open_tree("t").expect("tree");
+            for i in from..from + 100 {
+                t.insert(i.to_be_bytes(), [i as u8; 40]).expect("insert");
+            }
+        }
+        wtx.commit().expect("commit");
+    };
+    write(0);
+    let d = dir.path().to_str().expect("utf-8 path");
+    let path = |name: &str| work.path().join(name).to_str().expect("path").to_owned();
+    let full = hrafn(&["backup", "--chain", d, &path("full")]);
+    assert!(full.status.success(), "{full:?}");
+    write(100);
+    let i1 = hrafn(&["backup", "--incremental", d, &path("i1")]);
+    assert!(i1.status.success(), "{i1:?}");
+    assert!(stdout(&i1).contains("\tincremental\t"), "{}", stdout(&i1));
+    write(200);
+    let i2 = hrafn(&["backup", "--incremental", d, &path("i2")]);
+    assert!(i2.status.success(), "{i2:?}");
+
+    let verify = hrafn(&["verify", &path("full"), &path("i1"), &path("i2")]);
+    assert!(verify.status.success(), "{verify:?}");
+    let gap = hrafn(&["verify", &path("full"), &path("i2")]);
+    assert_eq!(gap.status.code(), Some(1), "{gap:?}");
+
+    let restore = hrafn(&[
+        "restore",
+        "--into",
+        &path("r"),
+        &path("full"),
+        &path("i1"),
+        &path("i2"),
+    ]);
+    assert!(restore.status.success(), "{restore:?}");
+    assert_eq!(
+        stdout(&hrafn(&["dump", &path("r")])),
+        stdout(&hrafn(&["dump", d]))
+    );
+}

@@ -67,8 +67,10 @@ pub fn replay(storage: &dyn Storage, header: &Header, data: &dyn StorageFile) ->
         let Some(file) = open_journal(storage, &journals, number)? else {
             // The file the header points into may be retired already when its last record
             // was the last synced one: the log continues at the start of the next file.
-            if next_starts_chain(storage, &journals, number + 1, &out)? {
-                number += 1;
+            if let Some(next) = next_journal(&journals, number)
+                && next_starts_chain(storage, &journals, next, &out)?
+            {
+                number = next;
                 offset = 0;
                 continue;
             }
@@ -92,15 +94,18 @@ pub fn replay(storage: &dyn Storage, header: &Header, data: &dyn StorageFile) ->
                 )?;
                 offset += rec.record_size_bytes;
             }
-            None if next_starts_chain(storage, &journals, number + 1, &out)? => {
-                // The writer moved on to the next file because this record did not fit.
-                number += 1;
-                offset = 0;
-            }
-            None => {
-                check_no_hole(storage, &journals, number, offset, out.last_txn_id + 1)?;
-                break;
-            }
+            None => match next_journal(&journals, number) {
+                Some(next) if next_starts_chain(storage, &journals, next, &out)? => {
+                    // The writer moved on to the next file because this record did not
+                    // fit (or the process ended and the next one started a new file).
+                    number = next;
+                    offset = 0;
+                }
+                _ => {
+                    check_no_hole(storage, &journals, number, offset, out.last_txn_id + 1)?;
+                    break;
+                }
+            },
         }
     }
     Ok(out)
@@ -279,6 +284,13 @@ fn open_journal(
         .len()
         .map_err(|e| Error::io(format!("sizing {name}"), e))?;
     Ok(Some((file, len)))
+}
+
+/// The journal after `number` on disk. Numbers may skip (every open starts a new file, and
+/// a restored backup holds only the files with records), which is safe to follow: the next
+/// file's first record must continue the chain (transaction id and chain checksum).
+fn next_journal(journals: &[u64], number: u64) -> Option<u64> {
+    journals.iter().copied().find(|&n| n > number)
 }
 
 fn next_starts_chain(
