@@ -462,6 +462,12 @@ impl Environment {
             backup: header.backup,
         };
         header::write(&*storage, &new_header)?;
+        // Both header files' entries must be durable before journals are retired: an
+        // earlier open may have created `header.b` and failed before syncing its entry,
+        // and later writes to it would otherwise rest on a name a power cut can take.
+        storage
+            .sync_dir("")
+            .map_err(|e| Error::io("syncing the environment directory", e))?;
         storage.note(StorageEvent::HeaderDurable {
             synced_txn_id: replayed.last_txn_id,
         });
@@ -757,7 +763,46 @@ impl Drop for Environment {
         {
             tracing::warn!(%error, "could not remove spare journals on close");
         }
+        if let Err(error) = remove_synced_journal(&self.inner) {
+            tracing::warn!(%error, "could not remove the journal on close");
+        }
     }
+}
+
+/// On a clean close, removes the journal file being written when everything in it is
+/// synced to the data file (and no incremental backup still needs it): recovery needs
+/// nothing from it, and a small environment then takes only its data file on disk.
+fn remove_synced_journal(inner: &EnvInner) -> Result<()> {
+    inner.check_poison()?;
+    let book = inner.flush_book.lock();
+    let last_txn_id = inner.state.load().txn_id;
+    let backup = book.header.backup;
+    if book.header.synced_txn_id != last_txn_id || (backup.enabled && backup.txn_id < last_txn_id) {
+        return Ok(());
+    }
+    // Retired journals kept for reuse go too: reuse only pays while writing.
+    let recyclable = std::mem::take(&mut inner.journal_index.lock().recyclable);
+    for number in recyclable {
+        let name = crate::journal::writer::journal_file_name(number);
+        inner
+            .storage
+            .remove(&name)
+            .map_err(|e| Error::io(format!("removing {name}"), e))?;
+    }
+    let Some(journal) = inner.journal.lock().take() else {
+        return Ok(());
+    };
+    let name = crate::journal::writer::journal_file_name(journal.journal_number());
+    drop(journal);
+    *inner.journal_file.lock() = None;
+    inner
+        .storage
+        .remove(&name)
+        .map_err(|e| Error::io(format!("removing {name}"), e))?;
+    inner
+        .storage
+        .sync_dir("journal")
+        .map_err(|e| Error::io("syncing the journal directory", e))
 }
 
 /// Pages a new data file starts with.

@@ -1,5 +1,7 @@
 //! Basic behaviour: commit, read, abort, reopen, trees, ranges.
 
+mod common;
+
 use hrafn::{Environment, Error, Options};
 
 fn options() -> Options {
@@ -138,4 +140,41 @@ fn clean_close_gives_back_the_data_file_growth_slack() {
         .expect("reopen")
         .check()
         .expect("integrity");
+}
+
+/// Bytes of every file under `dir`.
+fn disk_bytes(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir)
+        .expect("read_dir")
+        .map(|e| {
+            let e = e.expect("entry");
+            let meta = e.metadata().expect("metadata");
+            if meta.is_dir() {
+                disk_bytes(&e.path())
+            } else {
+                meta.len()
+            }
+        })
+        .sum()
+}
+
+#[test]
+fn a_tiny_database_takes_well_under_a_mebibyte_when_closed() -> hrafn::Result<()> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for round in 0..3u8 {
+        let env = Environment::open(dir.path(), Options::default())?;
+        let mut wtx = env.begin_write()?;
+        wtx.open_tree("settings")?
+            .insert([round], b"a small value")?;
+        wtx.commit()?;
+        drop(env);
+        let bytes = disk_bytes(dir.path());
+        assert!(bytes < 256 << 10, "round {round}: {bytes} bytes on disk");
+        if round == 2 {
+            common::summary(&format!("tiny database: {bytes} bytes on disk when closed"));
+        }
+    }
+    let env = Environment::open(dir.path(), Options::default())?;
+    assert_eq!(env.begin_read()?.open_tree("settings")?.len(), 3);
+    Ok(())
 }
