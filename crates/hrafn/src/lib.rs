@@ -34,6 +34,7 @@
 
 pub mod btree;
 pub mod check;
+pub mod compact;
 mod env;
 pub mod error;
 pub mod fixed;
@@ -54,8 +55,10 @@ pub mod table;
 mod txn;
 #[cfg(feature = "typed")]
 pub mod typed;
+pub mod walk;
 
 pub use check::CheckReport;
+pub use compact::{CompactProgress, CompactReport};
 pub use env::{DATA_FILE, Durability, Environment, Options, Stats};
 pub use error::{CorruptionSite, Error, Result};
 pub use txn::cursor::{Removable, Seekable};
