@@ -102,8 +102,8 @@ impl Environment {
     /// change**: an id is a physical location and the copy places records afresh (see the
     /// [module](crate::compact) documentation).
     ///
-    /// The copy commits in transactions of about [`LOADER_TRANSACTION_BYTES`], without
-    /// waiting for each to be durable, then writes every page to its data file and syncs it
+    /// The copy commits in transactions of about [`LOADER_TRANSACTION_BYTES`] (a sixteenth
+    /// of the scratch limit, if that is less), without waiting for each to be durable, then writes every page to its data file and syncs it
     /// before it returns: the copy is durable when this returns, and a copy left by a
     /// failed or interrupted call is not an environment to use (on an error, this removes
     /// what it wrote). The snapshot stays open throughout, so pages that commits to this
@@ -192,12 +192,21 @@ impl Environment {
         let started = Instant::now();
         let source = self.begin_read()?;
         let bytes_before = self.size_on_disk()?;
+        // A write transaction pins every page committed before it began and not flushed
+        // yet, so scratch drains only between transactions: the copy's transactions and
+        // what waits in scratch stay well under the limit.
+        let scratch_limit = self.inner.options.scratch_limit_bytes;
         let options = Options {
             durability: Durability::None,
             journal_spare_files: 0,
+            flush_threshold_bytes: self
+                .inner
+                .options
+                .flush_threshold_bytes
+                .min(scratch_limit / 4),
             ..self.inner.options.clone()
         };
-        let transaction_bytes = LOADER_TRANSACTION_BYTES.min(options.scratch_limit_bytes / 8);
+        let transaction_bytes = LOADER_TRANSACTION_BYTES.min(scratch_limit / 16);
         let target = Environment::open(path, options)?;
         let mut loader = Loader::new(&target).transaction_bytes(transaction_bytes);
 

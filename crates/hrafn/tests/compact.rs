@@ -627,3 +627,49 @@ fn a_loader_refuses_items_out_of_place() -> hrafn::Result<()> {
     );
     Ok(())
 }
+
+#[test]
+fn a_large_copy_commits_in_bounded_transactions() -> hrafn::Result<()> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let source_dir = dir.path().join("source");
+    {
+        let env = Environment::open(&source_dir, options())?;
+        let mut wtx = env.begin_write()?;
+        {
+            let mut outer = wtx.open_tree("outer")?;
+            for i in 0..2_000u64 {
+                outer.insert(format!("a{i:05}"), [1u8; 500])?;
+            }
+            let mut inner = outer.open_tree(b"m-nested")?;
+            for i in 0..20_000u64 {
+                inner.insert(i.to_be_bytes(), [2u8; 400])?;
+            }
+            let mut fixed = inner.open_fixed_tree(b"zz-fixed", 64)?;
+            for i in 0..50_000u64 {
+                fixed.insert(i, &[3u8; 64])?;
+            }
+        }
+        let mut table = wtx.open_table("people", &people())?;
+        for i in 0..5_000 {
+            table.insert(&refs(&person(i)))?;
+        }
+        wtx.commit()?;
+    }
+    // A small scratch limit, which the copy inherits: its transactions must stay small.
+    let small = Options {
+        scratch_limit_bytes: 8 << 20,
+        ..options()
+    };
+    let source = Environment::open(&source_dir, small)?;
+    let report = source.compact_to(dir.path().join("copy"))?;
+    assert!(report.commits >= 10, "{report:?}");
+    let copy = Environment::open(dir.path().join("copy"), Options::default())?;
+    let (a, b) = (source.begin_read()?, copy.begin_read()?);
+    assert_eq!(
+        same_tree(&a.open_tree("outer")?, &b.open_tree("outer")?, "outer")?,
+        2
+    );
+    same_table(&a, &b, "people", &people())?;
+    b.check()?;
+    Ok(())
+}
