@@ -8,20 +8,18 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
-/// A byte-count progress bar on standard error, drawn only when it is a terminal.
-pub(crate) fn progress_bar(what: &str) -> ProgressBar {
+/// A progress bar on standard error drawn with `template`, hidden unless standard error is
+/// a terminal (so scripts and pipes get no escape codes).
+pub(crate) fn progress_bar(template: &str) -> ProgressBar {
     if !std::io::stderr().is_terminal() {
         return ProgressBar::hidden();
     }
     let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
     bar.set_style(
-        ProgressStyle::with_template(
-            "{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} ETA {eta}",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar())
-        .progress_chars("=> "),
+        ProgressStyle::with_template(template)
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
     );
-    bar.set_message(what.to_owned());
     bar
 }
 
@@ -70,7 +68,7 @@ pub(crate) fn backup(
     } else {
         BackupKind::Full
     };
-    let bar = progress_bar("backup");
+    let bar = progress_bar("backup [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} ETA {eta}");
     let manifest = env.backup_into(&dest, kind, &mut |done, total| {
         bar.set_length(total);
         bar.set_position(done);

@@ -1,17 +1,18 @@
 //! `hrafn`: inspect, check and read a Hrafn environment, also while another process has it
-//! open for writing (every command opens read-only).
+//! open for writing (every command but `load` and an in-place `compact` opens read-only).
 //!
 //! Exit codes: 0 success; 1 the thing asked for is not there (a tree, a key) or the check
 //! found damage; 2 bad usage; 3 any other error (unreadable directory, I/O).
 
 mod backup;
+mod compact;
 mod dump;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use hrafn::btree::TreeKind;
 use hrafn::{Environment, Error, Options};
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -102,6 +103,16 @@ enum Command {
         #[arg(long)]
         deep: bool,
     },
+    /// Copies the live data into a fresh environment and swaps it in place of DIR, which
+    /// no process may hold open for writing; prints the bytes on disk before and after.
+    /// Table record ids change (they are locations).
+    Compact {
+        dir: PathBuf,
+        /// Write the compacted copy into this directory (new or empty) instead, leaving
+        /// DIR as it is (it may stay open for writing meanwhile).
+        #[arg(long)]
+        into: Option<PathBuf>,
+    },
 }
 
 /// How keys and values are printed.
@@ -173,7 +184,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn open(dir: &PathBuf) -> Result<Environment, Failure> {
+fn open(dir: &Path) -> Result<Environment, Failure> {
     if !dir.is_dir() {
         return Err(fail(
             3,
@@ -248,6 +259,7 @@ fn run(command: Command, out: &mut impl Write) -> Result<(), Failure> {
             }
         }
         Command::Dump { dir } => dump::dump(&open(&dir)?, out),
+        Command::Compact { dir, into } => compact::compact(&dir, into.as_deref(), out),
         Command::Load { dir } => {
             let env = Environment::open(&dir, Options::default())
                 .map_err(|e| fail(3, format!("opening {}: {e}", dir.display())))?;

@@ -309,3 +309,173 @@ fn a_chain_of_backups_from_the_command_line_restores_to_the_last() {
         stdout(&hrafn(&["dump", d]))
     );
 }
+
+/// Bytes of the files under `dir`.
+fn dir_bytes(dir: &std::path::Path) -> u64 {
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir).expect("list") {
+        let entry = entry.expect("entry");
+        let metadata = entry.metadata().expect("metadata");
+        total += if metadata.is_dir() {
+            dir_bytes(&entry.path())
+        } else {
+            metadata.len()
+        };
+    }
+    total
+}
+
+/// A field of `hrafn compact`'s output.
+fn field(out: &str, name: &str) -> u64 {
+    out.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}\t")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {name:?} in {out}"))
+}
+
+/// The fixture, grown with every structure (nested trees, tables with a global index)
+/// and then mostly deleted, so that most of its data file is free pages.
+fn sparse_fixture() -> (tempfile::TempDir, Environment) {
+    use hrafn::table::Schema;
+    let (dir, env) = fixture();
+    let people = Schema::new(3)
+        .primary_key(0)
+        .index("by-city", &[1])
+        .global_index("everywhere", &[1]);
+    let offices = Schema::new(2).global_index("everywhere", &[1]);
+    let mut wtx = env.begin_write().expect("write");
+    {
+        let mut bulk = wtx.open_tree("bulk").expect("open");
+        for i in 0..20_000u32 {
+            bulk.insert(i.to_be_bytes(), [7u8; 1_000]).expect("insert");
+        }
+        let mut host = bulk.open_tree(b"host-a").expect("nested");
+        host.open_fixed_tree(b"cpu", 8)
+            .expect("nested fixed")
+            .insert(1, &[1; 8])
+            .expect("insert");
+        host.open_multi_tree(b"tags")
+            .expect("nested multi")
+            .add(b"env", b"prod")
+            .expect("add");
+    }
+    {
+        let mut t = wtx.open_table("people", &people).expect("table");
+        for i in 0..5_000u32 {
+            let key = format!("person{i:05}");
+            t.insert(&[key.as_bytes(), b"London", &[1u8; 300]])
+                .expect("insert");
+        }
+    }
+    wtx.open_table("offices", &offices)
+        .expect("table")
+        .insert(&[b"hq", b"London"])
+        .expect("insert");
+    wtx.commit().expect("commit");
+    let mut wtx = env.begin_write().expect("write");
+    wtx.open_tree("bulk")
+        .expect("open")
+        .retain(|k, _| k.len() != 4 || u32::from_be_bytes([k[0], k[1], k[2], k[3]]) % 100 == 0)
+        .expect("retain");
+    {
+        let mut t = wtx.open_table("people", &people).expect("table");
+        for i in (0..5_000u32).filter(|i| i % 100 != 0) {
+            let key = format!("person{i:05}");
+            let (id, _) = t.get_by_key(key.as_bytes()).expect("get").expect("there");
+            t.delete(id).expect("delete");
+        }
+    }
+    wtx.commit().expect("commit");
+    (dir, env)
+}
+
+#[test]
+fn compact_in_place_shrinks_the_directory_and_keeps_the_data() {
+    let parent = tempfile::tempdir().expect("tempdir");
+    let db = parent.path().join("db");
+    let (dir, writer) = sparse_fixture();
+    drop(writer);
+    std::fs::rename(dir.path(), &db).expect("move the database");
+    let d = db.to_str().expect("utf-8 path");
+    let dump_before = stdout(&hrafn(&["dump", d]));
+    let trees_before = stdout(&hrafn(&["trees", d]));
+    let size_before = dir_bytes(&db);
+
+    // Not while another process (here: this one) holds it open for writing.
+    let held = Environment::open(&db, Options::default()).expect("open");
+    let refused = hrafn(&["compact", d]);
+    assert_eq!(refused.status.code(), Some(3), "{refused:?}");
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("close every writer"),
+        "{refused:?}"
+    );
+    drop(held);
+    assert_eq!(
+        stdout(&hrafn(&["dump", d])),
+        dump_before,
+        "a refusal changes nothing"
+    );
+
+    let size_before = size_before.max(dir_bytes(&db));
+    let compacted = hrafn(&["compact", d]);
+    assert!(compacted.status.success(), "{compacted:?}");
+    let out = stdout(&compacted);
+    let (before, after) = (field(&out, "bytes before"), field(&out, "bytes after"));
+    assert!(after * 3 < before, "{out}");
+    assert!(out.contains("ratio\t0."), "{out}");
+    assert_eq!(field(&out, "tables"), 2, "{out}");
+    assert_eq!(field(&out, "records"), 51, "{out}");
+    assert_eq!(field(&out, "nested trees"), 3, "{out}");
+    let size_after = dir_bytes(&db);
+    assert!(
+        size_after * 3 < size_before,
+        "the directory shrinks: {size_before} -> {size_after} bytes"
+    );
+    // The same data (dumps carry no record ids), a sound environment, nothing left over.
+    assert_eq!(stdout(&hrafn(&["dump", d])), dump_before);
+    assert_eq!(stdout(&hrafn(&["trees", d])), trees_before);
+    let check = hrafn(&["check", d]);
+    assert!(check.status.success(), "{check:?}");
+    let left: Vec<_> = std::fs::read_dir(parent.path())
+        .expect("list")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    assert_eq!(left, vec![std::ffi::OsString::from("db")]);
+}
+
+#[test]
+fn compact_into_another_directory_while_a_writer_goes_on() {
+    let (dir, writer) = sparse_fixture();
+    let d = dir.path().to_str().expect("utf-8 path");
+    let dump_before = stdout(&hrafn(&["dump", d]));
+    let out_dir = tempfile::tempdir().expect("tempdir");
+    let target = out_dir.path().join("copy");
+    let t = target.to_str().expect("utf-8 path");
+
+    let compacted = hrafn(&["compact", d, "--into", t]);
+    assert!(compacted.status.success(), "{compacted:?}");
+    let out = stdout(&compacted);
+    assert!(
+        field(&out, "bytes after") * 3 < field(&out, "bytes before"),
+        "{out}"
+    );
+    assert_eq!(stdout(&hrafn(&["dump", t])), dump_before);
+    assert!(hrafn(&["check", t]).status.success());
+    // The source is untouched, and still the writer's.
+    assert_eq!(stdout(&hrafn(&["dump", d])), dump_before);
+    let mut wtx = writer.begin_write().expect("write");
+    wtx.open_tree("users")
+        .expect("open")
+        .insert(b"dave", b"new")
+        .expect("insert");
+    wtx.commit().expect("commit");
+
+    // A target that holds something is refused, and kept.
+    let again = hrafn(&["compact", d, "--into", t]);
+    assert_eq!(again.status.code(), Some(3), "{again:?}");
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("not empty"),
+        "{again:?}"
+    );
+    assert_eq!(stdout(&hrafn(&["dump", t])), dump_before);
+}

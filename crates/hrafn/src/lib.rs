@@ -35,6 +35,7 @@
 pub mod backup;
 pub mod btree;
 pub mod check;
+pub mod compact;
 mod env;
 pub mod error;
 pub mod fixed;
@@ -55,8 +56,10 @@ pub mod table;
 mod txn;
 #[cfg(feature = "typed")]
 pub mod typed;
+pub mod walk;
 
 pub use check::CheckReport;
+pub use compact::{CompactProgress, CompactReport};
 pub use env::{DATA_FILE, Durability, Environment, Options, Stats};
 pub use error::{CorruptionSite, Error, Result};
 pub use txn::cursor::{Removable, Seekable};

@@ -4,7 +4,7 @@
 //! cursor keeps the path from the root and climbs it to reach the next leaf. A [`Range`]
 //! holds a front and a back cursor and ends when they cross.
 
-use super::node::{self};
+use super::node::{self, ValueRef};
 use super::{DEPTH_MAX, PageSource, resolve_value};
 use crate::error::Result;
 use crate::page::corrupt;
@@ -208,8 +208,14 @@ impl<'a> Cursor<'a> {
 
     #[inline]
     fn entry<S: PageSource<'a>>(&self, src: S) -> Result<(&'a [u8], &'a [u8])> {
-        let (k, v) = node::leaf_entry(self.leaf, self.index, self.leaf_number)?;
+        let (k, v) = self.entry_stored()?;
         Ok((k, resolve_value(src, v)?))
+    }
+
+    /// The entry as stored: an overflow value not followed, a nested tree told apart.
+    #[inline]
+    fn entry_stored(&self) -> Result<(&'a [u8], ValueRef<'a>)> {
+        node::leaf_entry(self.leaf, self.index, self.leaf_number)
     }
 }
 
@@ -316,13 +322,13 @@ impl<'a, S: PageSource<'a>> Range<'a, S> {
         Ok(())
     }
 
-    fn step_front(&mut self) -> Result<Option<(&'a [u8], &'a [u8])>> {
+    fn step_front(&mut self) -> Result<Option<(&'a [u8], ValueRef<'a>)>> {
         self.position_front()?;
         let End::At(cursor) = &mut self.front else {
             self.finish();
             return Ok(None);
         };
-        let (key, value) = cursor.entry(self.src)?;
+        let (key, value) = cursor.entry_stored()?;
         if !self.end.admits_from_below(key) {
             self.finish();
             return Ok(None);
@@ -367,18 +373,40 @@ impl<'a, S: PageSource<'a>> Range<'a, S> {
     }
 }
 
-impl<'a, S: PageSource<'a>> Iterator for Range<'a, S> {
-    type Item = Result<(&'a [u8], &'a [u8])>;
+/// A key, its value, and whether the entry holds a nested tree (see [`Range::next_entry`]).
+pub(crate) type MarkedEntry<'a> = (&'a [u8], &'a [u8], bool);
 
+impl<'a, S: PageSource<'a>> Range<'a, S> {
+    /// The next entry from the front, `(key, value, nested)`: `nested` says the entry holds
+    /// a nested tree (in pages or embedded), whose value is then the tree's stored form.
+    /// Tells nested trees from values without a second lookup.
     #[inline]
-    fn next(&mut self) -> Option<Self::Item> {
-        match self.step_front() {
+    pub(crate) fn next_entry(&mut self) -> Option<Result<MarkedEntry<'a>>> {
+        let stepped = self.step_front().and_then(|entry| match entry {
+            Some((key, value)) => Ok(Some((
+                key,
+                resolve_value(self.src, value)?,
+                value.is_tree(),
+            ))),
+            None => Ok(None),
+        });
+        match stepped {
             Ok(item) => item.map(Ok),
             Err(e) => {
                 self.finish();
                 Some(Err(e))
             }
         }
+    }
+}
+
+impl<'a, S: PageSource<'a>> Iterator for Range<'a, S> {
+    type Item = Result<(&'a [u8], &'a [u8])>;
+
+    #[inline]
+    fn next(&mut self) -> Option<Self::Item> {
+        self.next_entry()
+            .map(|e| e.map(|(key, value, _)| (key, value)))
     }
 }
 

@@ -121,6 +121,26 @@ impl Storage for FileStorage {
             super::lock_file::LockFileReaders::open(&self.path(super::lock_file::LOCK_FILE))?;
         Ok(Some(Arc::new(table)))
     }
+
+    fn size_bytes(&self) -> io::Result<Option<u64>> {
+        directory_bytes(&self.root).map(Some)
+    }
+}
+
+/// The lengths of the files under `dir`, summed over its subdirectories (symbolic links
+/// are not followed).
+pub(crate) fn directory_bytes(dir: &Path) -> io::Result<u64> {
+    let mut total = 0;
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let metadata = entry.metadata()?;
+        if metadata.is_dir() {
+            total += directory_bytes(&entry.path())?;
+        } else if metadata.is_file() {
+            total += metadata.len();
+        }
+    }
+    Ok(total)
 }
 
 struct RealFile {

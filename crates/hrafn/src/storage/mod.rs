@@ -67,6 +67,11 @@ pub trait Storage: Send + Sync + 'static {
     fn process_readers(&self) -> io::Result<Option<Arc<dyn ProcessReaders>>> {
         Ok(None)
     }
+    /// Bytes the environment's files take: their lengths, summed over the directory and
+    /// its subdirectories, where the storage can tell (`None` for the simulated disk).
+    fn size_bytes(&self) -> io::Result<Option<u64>> {
+        Ok(None)
+    }
 }
 
 /// Processes that hold a read-only snapshot of the environment (see `storage/lock_file.rs`

@@ -1,0 +1,339 @@
+//! Compaction: the live content of an environment, copied from one snapshot into a fresh
+//! environment, which then holds no free pages, no half-empty pages and no journal backlog.
+//!
+//! Deleting data frees pages for reuse but never shrinks the data file: a database that
+//! once held much more than it holds now keeps its size. [`Environment::compact_to`] writes
+//! a copy as dense as a fresh load. The `hrafn compact` command swaps such a copy in place
+//! of the original.
+//!
+//! The copy goes through the public write path ([`crate::walk`]): every tree is rebuilt by
+//! inserting its entries in key order, every table by inserting its records, which rebuilds
+//! its indexes. **Table record ids change**: an id is a record's location, and the copy
+//! lays records out afresh. An application that stored ids somewhere other than in the
+//! table's own indexes must map them again (through a key), as after Voron's compaction.
+
+use crate::env::{Durability, Environment, Options};
+use crate::error::{Error, Result};
+use crate::storage::{FileStorage, Storage};
+use crate::txn::ReadTxn;
+use crate::walk::{self, Item, LOADER_TRANSACTION_BYTES, Loader, RecordOrder};
+use std::path::Path;
+use std::time::Instant;
+
+/// What a compaction did ([`Environment::compact_to`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CompactReport {
+    /// The transaction the copy is a snapshot of: it holds everything committed up to it
+    /// and nothing later.
+    pub txn_id: u64,
+    /// Bytes the source's files took on disk when the copy began: data file, journals,
+    /// headers and the rest of its directory (the data file alone for a storage that is
+    /// not a directory).
+    pub bytes_before: u64,
+    /// Bytes the copy's files take on disk, counted the same way, once it is closed.
+    pub bytes_after: u64,
+    /// Named trees copied: B+trees, fixed-size and multi-value trees (global indexes not
+    /// included, tables not included).
+    pub trees: u64,
+    /// Tables copied.
+    pub tables: u64,
+    /// Named trees rebuilt as global indexes of the copied tables.
+    pub global_indexes: u64,
+    /// Trees nested under keys (at any depth), embedded fixed-size trees included.
+    pub nested_trees: u64,
+    /// Entries copied: B+tree entries, fixed-size tree entries, values of multi-value
+    /// trees (nested trees' included, global indexes' not).
+    pub entries: u64,
+    /// Table records copied.
+    pub records: u64,
+    /// Key, value and field bytes copied.
+    pub data_bytes: u64,
+    /// Write transactions the copy took.
+    pub commits: u64,
+    /// How long the compaction took.
+    pub elapsed_ms: u64,
+}
+
+impl CompactReport {
+    /// `bytes_after / bytes_before` (1 for an empty source).
+    pub fn ratio(&self) -> f64 {
+        if self.bytes_before == 0 {
+            return 1.0;
+        }
+        self.bytes_after as f64 / self.bytes_before as f64
+    }
+}
+
+/// Where a compaction is, given to the callback of
+/// [`Environment::compact_to_with_progress`]: at the start of every named tree, every
+/// [`PROGRESS_EVERY_ENTRIES`] entries or records, and once at the end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CompactProgress<'a> {
+    /// The named tree or table being copied (empty once done).
+    pub tree: &'a str,
+    /// Named trees and tables copied so far.
+    pub trees_done: u64,
+    /// Named trees and tables to copy (global indexes not counted: they are rebuilt with
+    /// their tables).
+    pub trees_total: u64,
+    /// Entries and records copied so far.
+    pub entries: u64,
+    /// Key, value and field bytes copied so far.
+    pub data_bytes: u64,
+    /// Whether the copy is complete and durable.
+    pub done: bool,
+}
+
+/// How often (in entries and records) the progress callback is called within a tree.
+pub const PROGRESS_EVERY_ENTRIES: u64 = 16_384;
+
+impl Environment {
+    /// Writes a compacted copy of this environment into a new environment at `path`, from
+    /// one snapshot, while this one stays open for readers and the writer.
+    ///
+    /// Every named tree is copied as it is in the snapshot, of every kind: B+trees with
+    /// the trees nested under their keys at any depth (B+trees, fixed-size trees, embedded
+    /// ones included, multi-value trees), fixed-size trees with their value size,
+    /// multi-value trees, and tables with their schemas. Tables are copied by inserting
+    /// their records, which rebuilds their indexes; a named tree that serves tables as a
+    /// global index is rebuilt that way too, from all the tables naming it. **Record ids
+    /// change**: an id is a physical location and the copy places records afresh (see the
+    /// [module](crate::compact) documentation).
+    ///
+    /// The copy commits in transactions of about [`LOADER_TRANSACTION_BYTES`] (a sixteenth
+    /// of the scratch limit, if that is less), without waiting for each to be durable, then writes every page to its data file and syncs it
+    /// before it returns: the copy is durable when this returns, and a copy left by a
+    /// failed or interrupted call is not an environment to use (on an error, this removes
+    /// what it wrote). The snapshot stays open throughout, so pages that commits to this
+    /// environment replace meanwhile stay in its scratch until the copy is done.
+    ///
+    /// `path` must not exist, or be an empty directory. The copy is opened with this
+    /// environment's options (except durability), and may be opened with any.
+    ///
+    /// ```
+    /// use hrafn::{Environment, Options};
+    /// # fn main() -> hrafn::Result<()> {
+    /// let dir = tempfile::tempdir().expect("temporary directory");
+    /// let env = Environment::open(dir.path().join("db"), Options::default())?;
+    /// let mut wtx = env.begin_write()?;
+    /// let mut log = wtx.open_fixed_tree("log", 256)?;
+    /// for i in 0..10_000 {
+    ///     log.insert(i, &[7; 256])?;
+    /// }
+    /// log.delete_range(..9_990)?;
+    /// wtx.commit()?;
+    ///
+    /// let report = env.compact_to(dir.path().join("compacted"))?;
+    /// assert_eq!(report.entries, 10);
+    /// assert!(report.bytes_after < report.bytes_before);
+    /// let copy = Environment::open(dir.path().join("compacted"), Options::default())?;
+    /// assert_eq!(copy.begin_read()?.open_fixed_tree("log")?.len(), 10);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if `path` exists and is not an empty directory, or if a
+    /// global index holds entries that its tables' records do not give (written to it
+    /// directly: compaction cannot carry them); errors of the snapshot, of creating and
+    /// writing the copy ([`Error::NoSpace`], I/O), corruption met in the source.
+    pub fn compact_to(&self, path: impl AsRef<Path>) -> Result<CompactReport> {
+        self.compact_to_with_progress(path, |_| {})
+    }
+
+    /// [`Environment::compact_to`], calling `progress` as the copy advances (see
+    /// [`CompactProgress`]), for a progress display.
+    ///
+    /// # Errors
+    /// As [`Environment::compact_to`].
+    pub fn compact_to_with_progress(
+        &self,
+        path: impl AsRef<Path>,
+        mut progress: impl FnMut(&CompactProgress<'_>),
+    ) -> Result<CompactReport> {
+        let path = path.as_ref();
+        let existed = refuse_target(path)?;
+        let copied = self.copy_into(path, &mut progress);
+        if copied.is_err() {
+            // The copy is unusable: leave the target as it was found.
+            let _ = if existed {
+                empty_directory(path)
+            } else {
+                std::fs::remove_dir_all(path)
+            };
+        }
+        copied
+    }
+
+    /// Bytes this environment's files take on disk (see [`CompactReport::bytes_before`]).
+    fn size_on_disk(&self) -> Result<u64> {
+        let measured = self
+            .inner
+            .storage
+            .size_bytes()
+            .map_err(|e| Error::io("measuring the environment's files", e))?;
+        match measured {
+            Some(bytes) => Ok(bytes),
+            None => self
+                .inner
+                .data_file
+                .len()
+                .map_err(|e| Error::io("measuring the data file", e)),
+        }
+    }
+
+    fn copy_into(
+        &self,
+        path: &Path,
+        progress: &mut impl FnMut(&CompactProgress<'_>),
+    ) -> Result<CompactReport> {
+        let started = Instant::now();
+        let source = self.begin_read()?;
+        let bytes_before = self.size_on_disk()?;
+        // A write transaction pins every page committed before it began and not flushed
+        // yet, so scratch drains only between transactions: the copy's transactions and
+        // what waits in scratch stay well under the limit.
+        let scratch_limit = self.inner.options.scratch_limit_bytes;
+        let options = Options {
+            durability: Durability::None,
+            journal_spare_files: 0,
+            flush_threshold_bytes: self
+                .inner
+                .options
+                .flush_threshold_bytes
+                .min(scratch_limit / 4),
+            ..self.inner.options.clone()
+        };
+        let transaction_bytes = LOADER_TRANSACTION_BYTES.min(scratch_limit / 16);
+        let target = Environment::open(path, options)?;
+        let mut loader = Loader::new(&target).transaction_bytes(transaction_bytes);
+
+        let globals = walk::global_index_names(&source)?;
+        let names: Vec<String> = source
+            .list_trees()?
+            .into_iter()
+            .filter(|name| !globals.contains(name))
+            .collect();
+        let mut at = CompactProgress {
+            tree: "",
+            trees_done: 0,
+            trees_total: names.len() as u64,
+            entries: 0,
+            data_bytes: 0,
+            done: false,
+        };
+        for name in &names {
+            at.tree = name;
+            progress(&at);
+            walk::walk_named(&source, name, RecordOrder::Id, &mut |item| {
+                if let Item::Entry { .. } | Item::Fixed { .. } | Item::Record { .. } = item {
+                    at.entries += 1;
+                    if at.entries.is_multiple_of(PROGRESS_EVERY_ENTRIES) {
+                        at.data_bytes = loader.counts().bytes;
+                        progress(&at);
+                    }
+                }
+                loader.push(item)
+            })?;
+            at.trees_done += 1;
+        }
+        let counts = loader.finish()?;
+
+        let copy = target.begin_read()?;
+        for name in &globals {
+            let (before, after) = (index_size(&source, name)?, index_size(&copy, name)?);
+            if before != after {
+                return Err(Error::InvalidArgument(format!(
+                    "tree {name:?} is a global index holding {} keys and {} entries, but its \
+                     tables' records give {} keys and {} entries: entries written to it \
+                     directly cannot be carried over by compaction",
+                    before.0, before.1, after.0, after.1
+                )));
+            }
+        }
+        drop(copy);
+        target.flush_and_sync()?;
+        drop(target);
+        let bytes_after = FileStorage::existing(path)
+            .and_then(|storage| storage.size_bytes())
+            .map_err(|e| Error::io(format!("measuring {}", path.display()), e))?
+            .unwrap_or_default();
+
+        at.tree = "";
+        at.data_bytes = counts.bytes;
+        at.done = true;
+        progress(&at);
+        Ok(CompactReport {
+            txn_id: source.txn_id(),
+            bytes_before,
+            bytes_after,
+            trees: counts.trees,
+            tables: counts.tables,
+            global_indexes: globals.len() as u64,
+            nested_trees: counts.nested_trees,
+            entries: counts.entries,
+            records: counts.records,
+            data_bytes: counts.bytes,
+            commits: counts.commits,
+            elapsed_ms: started.elapsed().as_millis() as u64,
+        })
+    }
+}
+
+/// A global index's keys and entries (entries: values of a multi-value tree).
+fn index_size(txn: &ReadTxn<'_>, name: &str) -> Result<(u64, u64)> {
+    match txn.tree_header(name)?.kind {
+        crate::btree::TreeKind::Multi => {
+            let tree = txn.open_multi_tree(name)?;
+            let mut values = 0;
+            for key in tree.keys::<&[u8], _>(..)? {
+                values += tree.count(key?)?;
+            }
+            Ok((tree.key_count(), values))
+        }
+        _ => {
+            let entries = txn.tree_header(name)?.entry_count;
+            Ok((entries, entries))
+        }
+    }
+}
+
+/// Refuses a target that exists and is not an empty directory; returns whether it exists.
+fn refuse_target(path: &Path) -> Result<bool> {
+    let metadata = match std::fs::symlink_metadata(path) {
+        Ok(metadata) => metadata,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(Error::io(format!("examining {}", path.display()), e)),
+    };
+    if !metadata.is_dir() {
+        return Err(Error::InvalidArgument(format!(
+            "compaction target {} exists and is not a directory",
+            path.display()
+        )));
+    }
+    let mut entries =
+        std::fs::read_dir(path).map_err(|e| Error::io(format!("listing {}", path.display()), e))?;
+    if entries.next().is_some() {
+        return Err(Error::InvalidArgument(format!(
+            "compaction target {} is not empty: compaction writes a new environment into a \
+             directory that does not exist or is empty",
+            path.display()
+        )));
+    }
+    Ok(true)
+}
+
+/// Removes everything inside `dir`, keeping it.
+fn empty_directory(dir: &Path) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_type()?.is_dir() {
+            std::fs::remove_dir_all(entry.path())?;
+        } else {
+            std::fs::remove_file(entry.path())?;
+        }
+    }
+    Ok(())
+}
