@@ -885,6 +885,14 @@ fn validate_options(options: &Options) -> Result<()> {
             "readers_max and merge limits must be positive, journal files at least 64 KiB".into(),
         ));
     }
+    if options.flush_threshold_bytes >= options.scratch_limit_bytes {
+        // Scratch frees only what the flusher wrote; a threshold past the limit lets a
+        // stream of commits fill scratch before any flush and fail with ScratchFull.
+        return Err(Error::InvalidArgument(format!(
+            "flush_threshold_bytes ({}) must be below scratch_limit_bytes ({})",
+            options.flush_threshold_bytes, options.scratch_limit_bytes
+        )));
+    }
     Ok(())
 }
 

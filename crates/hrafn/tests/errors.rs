@@ -42,6 +42,7 @@ fn a_transaction_larger_than_scratch_fails_at_once() {
     let dir = tempfile::tempdir().expect("tempdir");
     let options = Options {
         scratch_limit_bytes: 64 * PAGE_SIZE_BYTES as u64,
+        flush_threshold_bytes: 16 * PAGE_SIZE_BYTES as u64,
         scratch_wait_ms: 5_000,
         ..common::small_options()
     };
@@ -70,6 +71,7 @@ fn scratch_full_names_the_oldest_reader_and_clears_when_it_ends() {
     let dir = tempfile::tempdir().expect("tempdir");
     let options = Options {
         scratch_limit_bytes: 64 * PAGE_SIZE_BYTES as u64,
+        flush_threshold_bytes: 16 * PAGE_SIZE_BYTES as u64,
         scratch_wait_ms: 50,
         ..common::small_options()
     };
@@ -194,6 +196,23 @@ fn scratch_drains_after_a_large_commit() {
         "nothing pins the committed pages: {stats:?}"
     );
     assert!(stats.scratch_peak_bytes > 1 << 20, "{stats:?}");
+}
+
+#[test]
+fn a_flush_threshold_past_the_scratch_limit_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let options = Options {
+        scratch_limit_bytes: 8 << 20,
+        flush_threshold_bytes: 8 << 20,
+        ..Options::default()
+    };
+    match Environment::open(dir.path(), options) {
+        Err(Error::InvalidArgument(message)) => {
+            assert!(message.contains("flush_threshold_bytes"), "{message}")
+        }
+        Err(other) => panic!("wrong error: {other}"),
+        Ok(_) => panic!("opened with a flush threshold scratch can never reach"),
+    }
 }
 
 #[test]
