@@ -193,6 +193,14 @@ pub struct Stats {
     /// took, recovery included.
     pub recovered_records: u64,
     pub open_ms: u64,
+    /// Commit latency since open (µs, the bound of its histogram bucket: within a factor
+    /// of two): median and 99th percentile; `None` before the first commit.
+    pub commit_p50_us: Option<u64>,
+    pub commit_p99_us: Option<u64>,
+    /// 99th percentile of journal record writes, flush passes and data-file syncs (µs).
+    pub journal_write_p99_us: Option<u64>,
+    pub flush_p99_us: Option<u64>,
+    pub sync_p99_us: Option<u64>,
 }
 
 /// An environment is a directory: a path to a file (say, the data file itself) is a
@@ -225,6 +233,7 @@ pub(crate) struct Counters {
     pub merge_lingers: AtomicU64,
     pub recovered_records: AtomicU64,
     pub open_ms: AtomicU64,
+    pub latencies: crate::metrics::Latencies,
 }
 
 /// Everything an environment owns; shared with the flusher thread.
@@ -646,7 +655,14 @@ impl Environment {
     /// [`Error::Timeout`] when the merge queue stays full; errors of the transaction.
     pub fn write(&self, batch: WriteBatch) -> Result<()> {
         self.inner.check_writable()?;
-        merge::write(&self.inner, batch)
+        let started = std::time::Instant::now();
+        let result = merge::write(&self.inner, batch);
+        self.inner
+            .counters
+            .latencies
+            .commit
+            .record(started.elapsed());
+        result
     }
 
     /// Runs `f` inside a merged write transaction and returns when its changes are durable.
@@ -661,7 +677,14 @@ impl Environment {
         F: Fn(&mut WriteTxn<'_>) -> Result<()> + Send + Sync + 'static,
     {
         self.inner.check_writable()?;
-        merge::submit(&self.inner, Box::new(f))
+        let started = std::time::Instant::now();
+        let result = merge::submit(&self.inner, Box::new(f));
+        self.inner
+            .counters
+            .latencies
+            .commit
+            .record(started.elapsed());
+        result
     }
 
     /// Writes every committed page to the data file, syncs it and writes a header, so the
@@ -687,7 +710,7 @@ impl Environment {
     /// The counters and gauges of [`Environment::stats`] in the Prometheus text exposition
     /// format (names prefixed `hrafn_`), ready to serve on a metrics endpoint.
     pub fn metrics_text(&self) -> String {
-        crate::metrics::render(&self.stats())
+        crate::metrics::render(&self.stats(), &self.inner.counters.latencies)
     }
 
     /// Current counters.
@@ -739,6 +762,11 @@ impl Environment {
             scratch_files: inner.usage.file_count(),
             recovered_records: c.recovered_records.load(Ordering::Relaxed),
             open_ms: c.open_ms.load(Ordering::Relaxed),
+            commit_p50_us: c.latencies.commit.quantile_us(0.5),
+            commit_p99_us: c.latencies.commit.quantile_us(0.99),
+            journal_write_p99_us: c.latencies.journal_write.quantile_us(0.99),
+            flush_p99_us: c.latencies.flush.quantile_us(0.99),
+            sync_p99_us: c.latencies.sync.quantile_us(0.99),
         }
     }
 }

@@ -281,12 +281,14 @@ pub(crate) fn flush(inner: &EnvInner, then_sync: bool) -> Result<()> {
         .counters
         .flush_pages_examined
         .fetch_add(examined, Ordering::Relaxed);
-    if !batch.is_empty()
-        && let Err(error) = write_batch(inner, &mut book, &state, &batch)
-    {
-        // A failed pass (a full disk growing the file) leaves its pages to the next one.
-        inner.flush_log.lock().put_back(taken);
-        return Err(error);
+    if !batch.is_empty() {
+        let writing = Instant::now();
+        if let Err(error) = write_batch(inner, &mut book, &state, &batch) {
+            // A failed pass (a full disk growing the file) leaves its pages to the next one.
+            inner.flush_log.lock().put_back(taken);
+            return Err(error);
+        }
+        inner.counters.latencies.flush.record(writing.elapsed());
     }
     spill_past_budget(inner, &mut book);
     if then_sync {
@@ -477,6 +479,7 @@ fn sync(inner: &EnvInner, book: &mut FlushBook) -> Result<()> {
         inner.poison_with(&error);
         error
     };
+    let syncing = Instant::now();
     inner
         .data_file
         .sync_data()
@@ -492,6 +495,7 @@ fn sync(inner: &EnvInner, book: &mut FlushBook) -> Result<()> {
         backup: book.header.backup,
     };
     header::write(&*inner.storage, &header).map_err(fail)?;
+    inner.counters.latencies.sync.record(syncing.elapsed());
     inner.storage.note(StorageEvent::HeaderDurable {
         synced_txn_id: target,
     });

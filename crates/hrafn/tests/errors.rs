@@ -246,7 +246,7 @@ fn a_file_is_not_an_environment() {
 fn metrics_are_prometheus_text_and_move_with_commits() {
     let dir = tempfile::tempdir().expect("tempdir");
     let env = Environment::open(dir.path(), Options::default()).expect("open");
-    let value = |text: &str, name: &str| -> u64 {
+    let value = |text: &str, name: &str| -> f64 {
         text.lines()
             .find_map(|l| l.strip_prefix(&format!("{name} ")))
             .and_then(|v| v.parse().ok())
@@ -255,35 +255,84 @@ fn metrics_are_prometheus_text_and_move_with_commits() {
     let before = env.metrics_text();
     // Every sample has its HELP and TYPE lines, and names follow Prometheus' rules.
     for line in before.lines().filter(|l| !l.starts_with('#')) {
-        let (name, number) = line.split_once(' ').expect("name value");
+        let (series, number) = line.rsplit_once(' ').expect("name value");
+        let name = series.split('{').next().expect("a name");
         assert!(name.starts_with("hrafn_"));
         assert!(
             name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'),
             "{name}"
         );
-        number.parse::<u64>().expect("a number");
+        number.parse::<f64>().expect("a number");
+        // A histogram's samples share the family's HELP and TYPE.
+        let family = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|suffix| {
+                name.strip_suffix(suffix)
+                    .filter(|f| before.contains(&format!("# TYPE {f} histogram")))
+            })
+            .unwrap_or(name);
         assert!(
-            before.contains(&format!("# TYPE {name} ")),
+            before.contains(&format!("# TYPE {family} ")),
             "{name} has no TYPE"
         );
         assert!(
-            before.contains(&format!("# HELP {name} ")),
+            before.contains(&format!("# HELP {family} ")),
             "{name} has no HELP"
         );
     }
+    assert_eq!(env.stats().commit_p99_us, None);
     let mut wtx = env.begin_write().expect("write");
     wtx.open_tree("t")
         .expect("open")
         .insert(b"k", b"v")
         .expect("insert");
     wtx.commit().expect("commit");
+    env.flush_and_sync().expect("flush and sync");
     let after = env.metrics_text();
     assert_eq!(
         value(&after, "hrafn_commits_total"),
-        value(&before, "hrafn_commits_total") + 1
+        value(&before, "hrafn_commits_total") + 1.0
     );
     assert!(
         value(&after, "hrafn_journal_written_bytes_total")
             > value(&before, "hrafn_journal_written_bytes_total")
+    );
+    for histogram in [
+        "commit_seconds",
+        "journal_write_seconds",
+        "flush_seconds",
+        "sync_seconds",
+    ] {
+        let count = value(&after, &format!("hrafn_{histogram}_count"));
+        // One commit and its record; the flusher may have run a pass of its own too.
+        assert!(count >= 1.0, "{histogram}: {count} observations");
+        if histogram.starts_with("commit") || histogram.starts_with("journal") {
+            assert_eq!(count, 1.0, "{histogram}");
+        }
+        assert_eq!(
+            value(&after, &format!("hrafn_{histogram}_bucket{{le=\"+Inf\"}}")),
+            count
+        );
+        // Buckets are cumulative.
+        let buckets: Vec<f64> = after
+            .lines()
+            .filter(|l| l.starts_with(&format!("hrafn_{histogram}_bucket")))
+            .map(|l| {
+                l.rsplit_once(' ')
+                    .expect("sample")
+                    .1
+                    .parse()
+                    .expect("count")
+            })
+            .collect();
+        assert!(buckets.windows(2).all(|w| w[0] <= w[1]), "{buckets:?}");
+        assert!(value(&after, &format!("hrafn_{histogram}_sum")) > 0.0);
+    }
+    let ratio = value(&after, "hrafn_journal_compression_ratio");
+    assert!(ratio > 0.0, "{ratio}");
+    let stats = env.stats();
+    assert!(
+        stats.commit_p99_us.is_some() && stats.sync_p99_us.is_some(),
+        "{stats:?}"
     );
 }

@@ -110,7 +110,12 @@ impl Prepared<'_> {
         let journal = guard.as_mut().expect("checked in the loop");
         let (bytes_before, number_before) = (journal.bytes_written, journal.journal_number());
         let payload_bytes = self.record.payload().len() as u64;
+        let writing = std::time::Instant::now();
         let appended = journal.append(self.header, &mut self.record, &env.journal_index);
+        env.counters
+            .latencies
+            .journal_write
+            .record(writing.elapsed());
         if let Err(error) = appended {
             env.poison_with(&error);
             return Err(error);

@@ -593,10 +593,14 @@ impl<'env> WriteTxn<'env> {
     /// I/O errors writing the journal poison the environment (the record may be partly
     /// written); [`Error::ScratchFull`]; corruption met while finishing tree updates.
     pub fn commit(self) -> Result<()> {
-        match self.prepare()? {
+        let started = std::time::Instant::now();
+        let env = self.env;
+        let result = match self.prepare()? {
             Some(prepared) => prepared.finish(),
             None => Ok(()),
-        }
+        };
+        env.counters.latencies.commit.record(started.elapsed());
+        result
     }
 
     /// Steps 1 and 2 of the commit protocol: finish tree headers, bitmaps and the meta
