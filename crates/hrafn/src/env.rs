@@ -48,7 +48,9 @@ pub struct Options {
     /// by zero-filling spares in the background, so that a commit filling its journal does
     /// not zero-fill and sync the next one itself (durable mode only; 0: no spares).
     pub journal_spare_files: usize,
-    /// Committed page bytes waiting in scratch that trigger a flush.
+    /// Committed page bytes waiting in scratch that trigger a flush (at most half of
+    /// [`Options::scratch_limit_bytes`] in effect, so commits never fill scratch before a
+    /// flush can make room).
     pub flush_threshold_bytes: u64,
     /// A flush also runs when commits have been idle this long.
     pub flush_interval_ms: u64,
@@ -771,28 +773,46 @@ impl Environment {
     }
 }
 
+impl Environment {
+    /// Closes the environment: the flusher writes and syncs what is committed, the data
+    /// file gives back its growth slack, and journals nothing needs any more are removed.
+    /// Dropping the environment does the same but can only log a failure; `close` returns
+    /// it. Open transactions borrow the environment, so none can outlive this call.
+    ///
+    /// # Errors
+    /// [`Error::Poisoned`] if a write or sync failed earlier or during the final sync
+    /// (the journal keeps every acknowledged commit: the next open replays it); I/O errors
+    /// tidying up files.
+    pub fn close(mut self) -> Result<()> {
+        self.shut_down()
+    }
+
+    fn shut_down(&mut self) -> Result<()> {
+        if self.inner.check_writable().is_err() {
+            return Ok(()); // read-only: nothing to write back; the slot goes with `inner`
+        }
+        let Some(handle) = self.flusher_thread.take() else {
+            return Ok(()); // closed already
+        };
+        self.inner.flusher.shutdown();
+        if handle.join().is_err() {
+            return Err(Error::Poisoned {
+                cause: "the flusher thread panicked".into(),
+            });
+        }
+        // The flusher's last pass may have failed without poisoning (a full disk growing
+        // the data file): one more, whose error is returned.
+        crate::flush::flush(&self.inner, true)?;
+        crate::flush::trim_data_file(&self.inner)?;
+        crate::journal::spare::remove_ready(&*self.inner.storage, &self.inner.journal_index)?;
+        remove_synced_journal(&self.inner)
+    }
+}
+
 impl Drop for Environment {
     fn drop(&mut self) {
-        if self.inner.check_writable().is_err() {
-            return; // read-only: nothing to write back; the slot goes with `inner`
-        }
-        self.inner.flusher.shutdown();
-        if let Some(handle) = self.flusher_thread.take()
-            && handle.join().is_err()
-        {
-            tracing::error!("flusher thread panicked");
-            return;
-        }
-        if let Err(error) = crate::flush::trim_data_file(&self.inner) {
-            tracing::warn!(%error, "could not trim the data file on close");
-        }
-        if let Err(error) =
-            crate::journal::spare::remove_ready(&*self.inner.storage, &self.inner.journal_index)
-        {
-            tracing::warn!(%error, "could not remove spare journals on close");
-        }
-        if let Err(error) = remove_synced_journal(&self.inner) {
-            tracing::warn!(%error, "could not remove the journal on close");
+        if let Err(error) = self.shut_down() {
+            tracing::warn!(%error, "closing the environment");
         }
     }
 }
@@ -912,14 +932,6 @@ fn validate_options(options: &Options) -> Result<()> {
         return Err(Error::InvalidArgument(
             "readers_max and merge limits must be positive, journal files at least 64 KiB".into(),
         ));
-    }
-    if options.flush_threshold_bytes >= options.scratch_limit_bytes {
-        // Scratch frees only what the flusher wrote; a threshold past the limit lets a
-        // stream of commits fill scratch before any flush and fail with ScratchFull.
-        return Err(Error::InvalidArgument(format!(
-            "flush_threshold_bytes ({}) must be below scratch_limit_bytes ({})",
-            options.flush_threshold_bytes, options.scratch_limit_bytes
-        )));
     }
     Ok(())
 }

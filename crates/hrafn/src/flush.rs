@@ -187,6 +187,15 @@ pub(crate) fn spawn(inner: Arc<EnvInner>) -> Result<std::thread::JoinHandle<()>>
         .map_err(|e| Error::io("starting the flusher thread", e))
 }
 
+/// Scratch bytes waiting that start a flush: the option, but at most half the scratch
+/// limit. A write transaction keeps the pages of the state it started from, so room in
+/// scratch comes only between transactions: a flush must start well before the limit.
+pub(crate) fn flush_threshold_bytes(options: &crate::env::Options) -> u64 {
+    options
+        .flush_threshold_bytes
+        .min(options.scratch_limit_bytes / 2)
+}
+
 /// What a wake of the flusher does. The schedule holds however busy the writer is: a
 /// stream of small commits delays neither the flush of what waits in scratch past the
 /// threshold, nor the sync that `sync_interval_ms` promises, nor the one that journals
@@ -222,7 +231,7 @@ impl Plan {
         // are flushed.
         let flush = sync
             || wake.kicked
-            || waiting_bytes >= inner.options.flush_threshold_bytes
+            || waiting_bytes >= flush_threshold_bytes(&inner.options)
             || (idle && waiting_bytes > 0);
         Plan { flush, sync }
     }

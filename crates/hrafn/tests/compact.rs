@@ -658,7 +658,6 @@ fn a_large_copy_commits_in_bounded_transactions() -> hrafn::Result<()> {
     // A small scratch limit, which the copy inherits: its transactions must stay small.
     let small = Options {
         scratch_limit_bytes: 8 << 20,
-        flush_threshold_bytes: 2 << 20,
         ..options()
     };
     let source = Environment::open(&source_dir, small)?;

@@ -42,7 +42,6 @@ fn a_transaction_larger_than_scratch_fails_at_once() {
     let dir = tempfile::tempdir().expect("tempdir");
     let options = Options {
         scratch_limit_bytes: 64 * PAGE_SIZE_BYTES as u64,
-        flush_threshold_bytes: 16 * PAGE_SIZE_BYTES as u64,
         scratch_wait_ms: 5_000,
         ..common::small_options()
     };
@@ -71,7 +70,6 @@ fn scratch_full_names_the_oldest_reader_and_clears_when_it_ends() {
     let dir = tempfile::tempdir().expect("tempdir");
     let options = Options {
         scratch_limit_bytes: 64 * PAGE_SIZE_BYTES as u64,
-        flush_threshold_bytes: 16 * PAGE_SIZE_BYTES as u64,
         scratch_wait_ms: 50,
         ..common::small_options()
     };
@@ -198,21 +196,31 @@ fn scratch_drains_after_a_large_commit() {
     assert!(stats.scratch_peak_bytes > 1 << 20, "{stats:?}");
 }
 
+/// A flush threshold past the scratch limit would let a stream of commits fill scratch
+/// before any flush (a write transaction keeps the pages of the state it began on, so
+/// room comes only between transactions): the flusher starts at half the limit instead.
 #[test]
-fn a_flush_threshold_past_the_scratch_limit_is_refused() {
+fn a_stream_of_commits_past_the_scratch_limit_with_a_huge_flush_threshold() -> hrafn::Result<()> {
     let dir = tempfile::tempdir().expect("tempdir");
     let options = Options {
         scratch_limit_bytes: 8 << 20,
-        flush_threshold_bytes: 8 << 20,
+        flush_threshold_bytes: 1 << 40,
         ..Options::default()
     };
-    match Environment::open(dir.path(), options) {
-        Err(Error::InvalidArgument(message)) => {
-            assert!(message.contains("flush_threshold_bytes"), "{message}")
+    let env = Environment::open(dir.path(), options)?;
+    let value = [7u8; 1000];
+    for t in 0..40u64 {
+        let mut wtx = env.begin_write()?;
+        {
+            let mut tree = wtx.open_tree("t")?;
+            for i in 0..1000u64 {
+                tree.insert((t * 1000 + i).to_be_bytes(), value)?;
+            }
         }
-        Err(other) => panic!("wrong error: {other}"),
-        Ok(_) => panic!("opened with a flush threshold scratch can never reach"),
+        wtx.commit()?;
     }
+    assert_eq!(env.begin_read()?.open_tree("t")?.len(), 40_000);
+    Ok(())
 }
 
 #[test]
@@ -335,4 +343,34 @@ fn metrics_are_prometheus_text_and_move_with_commits() {
         stats.commit_p99_us.is_some() && stats.sync_p99_us.is_some(),
         "{stats:?}"
     );
+}
+
+#[test]
+fn close_returns_what_drop_can_only_log() -> hrafn::Result<()> {
+    use hrafn::storage::sim::{Fault, SimStorage};
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = Environment::open(dir.path(), Options::default())?;
+    let mut wtx = env.begin_write()?;
+    wtx.open_tree("t")?.insert(b"k", b"v")?;
+    wtx.commit()?;
+    env.close()?;
+    let env = Environment::open(dir.path(), Options::default())?;
+    assert_eq!(env.begin_read()?.open_tree("t")?.len(), 1);
+    drop(env);
+
+    // A journal write that fails poisons the environment; closing says so.
+    let sim = Arc::new(SimStorage::new(7));
+    let env = Environment::open_with_storage(sim.clone(), Options::default())?;
+    let next_op = sim.ops_count();
+    sim.fail_at(next_op, Fault::Eio, true);
+    let mut wtx = env.begin_write()?;
+    wtx.open_tree("t")?.insert(b"k", b"v")?;
+    assert!(wtx.commit().is_err());
+    sim.clear_faults();
+    assert!(
+        matches!(env.close(), Err(Error::Poisoned { .. })),
+        "close reports the earlier failure"
+    );
+    Ok(())
 }

@@ -162,7 +162,7 @@ impl Prepared<'_> {
         }
         drop(pending);
         self.release(env);
-        if env.usage.used_bytes() >= env.options.flush_threshold_bytes {
+        if env.usage.used_bytes() >= crate::flush::flush_threshold_bytes(&env.options) {
             env.flusher.kick();
         }
         Ok(())
