@@ -145,16 +145,14 @@ fn derived_bytes(seed: u64, len: usize) -> Vec<u8> {
 /// Options that keep the flusher asleep unless asked, so a single-threaded workload issues
 /// its storage operations in a fixed order (crash points then replay exactly).
 fn quiet_options() -> Options {
-    Options {
-        durability: Durability::Immediate,
-        journal_file_size_bytes: 64 * 1024,
-        flush_threshold_bytes: 1 << 40,
-        flush_interval_ms: 3_600_000,
-        sync_interval_ms: 3_600_000,
-        sync_threshold_bytes: 1 << 40,
-        scratch_wait_ms: 0,
-        ..Options::default()
-    }
+    Options::default()
+        .durability(Durability::Immediate)
+        .journal_file_size_bytes(64 * 1024)
+        .flush_threshold_bytes(1 << 40)
+        .flush_interval_ms(3_600_000)
+        .sync_interval_ms(3_600_000)
+        .sync_threshold_bytes(1 << 40)
+        .scratch_wait_ms(0)
 }
 
 /// Reads everything an environment holds, and writes to it: whatever the files held,

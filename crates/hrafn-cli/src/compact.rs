@@ -91,10 +91,7 @@ fn in_place(dir: &Path) -> Result<CompactReport, Failure> {
         ));
     }
     // No spare journals: they would only count in the size before.
-    let options = Options {
-        journal_spare_files: 0,
-        ..Options::default()
-    };
+    let options = Options::default().journal_spare_files(0);
     let env = Environment::open(&dir, options).map_err(|e| match e {
         Error::Locked => fail(
             3,

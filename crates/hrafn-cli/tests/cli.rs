@@ -262,10 +262,7 @@ fn backup_verify_and_restore_while_another_process_writes() {
 fn a_chain_of_backups_from_the_command_line_restores_to_the_last() {
     let dir = tempfile::tempdir().expect("tempdir");
     let work = tempfile::tempdir().expect("tempdir");
-    let options = Options {
-        incremental_backups: true,
-        ..Options::default()
-    };
+    let options = Options::default().incremental_backups(true);
     let write = |from: u64| {
         let env = Environment::open(dir.path(), options.clone()).expect("open");
         let mut wtx = env.begin_write().expect("write");

@@ -37,8 +37,21 @@ pub enum Durability {
     None,
 }
 
-/// Settings of an environment.
+/// Settings of an environment. Start from [`Options::default`] and change what you need
+/// with the setters, each named after its field:
+///
+/// ```
+/// use hrafn::{Durability, Options};
+/// let options = Options::default()
+///     .durability(Durability::None)
+///     .journal_file_size_bytes(16 << 20);
+/// assert_eq!(options.durability, Durability::None);
+/// ```
+///
+/// New settings may come in any release, so it cannot be built field by field outside
+/// this crate (`#[non_exhaustive]`).
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct Options {
     /// When commits are durable.
     pub durability: Durability,
@@ -93,6 +106,125 @@ pub struct Options {
 }
 
 impl Options {
+    /// Sets [`Options::durability`].
+    #[must_use]
+    pub fn durability(mut self, durability: Durability) -> Options {
+        self.durability = durability;
+        self
+    }
+
+    /// Sets [`Options::journal_file_size_bytes`].
+    #[must_use]
+    pub fn journal_file_size_bytes(mut self, journal_file_size_bytes: u64) -> Options {
+        self.journal_file_size_bytes = journal_file_size_bytes;
+        self
+    }
+
+    /// Sets [`Options::journal_spare_files`].
+    #[must_use]
+    pub fn journal_spare_files(mut self, journal_spare_files: usize) -> Options {
+        self.journal_spare_files = journal_spare_files;
+        self
+    }
+
+    /// Sets [`Options::flush_threshold_bytes`].
+    #[must_use]
+    pub fn flush_threshold_bytes(mut self, flush_threshold_bytes: u64) -> Options {
+        self.flush_threshold_bytes = flush_threshold_bytes;
+        self
+    }
+
+    /// Sets [`Options::flush_interval_ms`].
+    #[must_use]
+    pub fn flush_interval_ms(mut self, flush_interval_ms: u64) -> Options {
+        self.flush_interval_ms = flush_interval_ms;
+        self
+    }
+
+    /// Sets [`Options::sync_interval_ms`].
+    #[must_use]
+    pub fn sync_interval_ms(mut self, sync_interval_ms: u64) -> Options {
+        self.sync_interval_ms = sync_interval_ms;
+        self
+    }
+
+    /// Sets [`Options::sync_threshold_bytes`].
+    #[must_use]
+    pub fn sync_threshold_bytes(mut self, sync_threshold_bytes: u64) -> Options {
+        self.sync_threshold_bytes = sync_threshold_bytes;
+        self
+    }
+
+    /// Sets [`Options::scratch_limit_bytes`].
+    #[must_use]
+    pub fn scratch_limit_bytes(mut self, scratch_limit_bytes: u64) -> Options {
+        self.scratch_limit_bytes = scratch_limit_bytes;
+        self
+    }
+
+    /// Sets [`Options::scratch_memory_bytes`].
+    #[must_use]
+    pub fn scratch_memory_bytes(mut self, scratch_memory_bytes: u64) -> Options {
+        self.scratch_memory_bytes = scratch_memory_bytes;
+        self
+    }
+
+    /// Sets [`Options::scratch_wait_ms`].
+    #[must_use]
+    pub fn scratch_wait_ms(mut self, scratch_wait_ms: u64) -> Options {
+        self.scratch_wait_ms = scratch_wait_ms;
+        self
+    }
+
+    /// Sets [`Options::readers_max`].
+    #[must_use]
+    pub fn readers_max(mut self, readers_max: usize) -> Options {
+        self.readers_max = readers_max;
+        self
+    }
+
+    /// Sets [`Options::merge_queue_max_requests`].
+    #[must_use]
+    pub fn merge_queue_max_requests(mut self, merge_queue_max_requests: usize) -> Options {
+        self.merge_queue_max_requests = merge_queue_max_requests;
+        self
+    }
+
+    /// Sets [`Options::merge_batch_max_requests`].
+    #[must_use]
+    pub fn merge_batch_max_requests(mut self, merge_batch_max_requests: usize) -> Options {
+        self.merge_batch_max_requests = merge_batch_max_requests;
+        self
+    }
+
+    /// Sets [`Options::merge_batch_max_bytes`].
+    #[must_use]
+    pub fn merge_batch_max_bytes(mut self, merge_batch_max_bytes: usize) -> Options {
+        self.merge_batch_max_bytes = merge_batch_max_bytes;
+        self
+    }
+
+    /// Sets [`Options::merge_wait_timeout_ms`].
+    #[must_use]
+    pub fn merge_wait_timeout_ms(mut self, merge_wait_timeout_ms: u64) -> Options {
+        self.merge_wait_timeout_ms = merge_wait_timeout_ms;
+        self
+    }
+
+    /// Sets [`Options::merge_linger_us`].
+    #[must_use]
+    pub fn merge_linger_us(mut self, merge_linger_us: u64) -> Options {
+        self.merge_linger_us = merge_linger_us;
+        self
+    }
+
+    /// Sets [`Options::incremental_backups`].
+    #[must_use]
+    pub fn incremental_backups(mut self, incremental_backups: bool) -> Options {
+        self.incremental_backups = incremental_backups;
+        self
+    }
+
     /// Whether the flusher makes spare journals ([`Options::journal_spare_files`]): only a
     /// durable journal gains from zero-filled files.
     pub(crate) fn makes_spare_journals(&self) -> bool {

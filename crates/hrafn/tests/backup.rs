@@ -98,11 +98,9 @@ fn heavy_writes(
 fn a_backup_taken_during_heavy_writes_restores_to_one_committed_state_at_or_after_its_start()
 -> hrafn::Result<()> {
     let dir = tempfile::tempdir().expect("tempdir");
-    let options = Options {
-        journal_file_size_bytes: 256 << 10,
-        sync_interval_ms: 200,
-        ..Options::default()
-    };
+    let options = Options::default()
+        .journal_file_size_bytes(256 << 10)
+        .sync_interval_ms(200);
     let env = Arc::new(Environment::open(dir.path().join("db"), options)?);
     let stop = Arc::new(AtomicBool::new(false));
     let threads = heavy_writes(&env, &stop);
@@ -219,12 +217,10 @@ fn journal_files(dir: &Path) -> usize {
 fn a_chain_of_full_and_incremental_backups_restores_to_the_last_one() -> hrafn::Result<()> {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = dir.path().join("db");
-    let options = Options {
-        incremental_backups: true,
-        journal_file_size_bytes: 64 << 10,
-        sync_interval_ms: 50,
-        ..Options::default()
-    };
+    let options = Options::default()
+        .incremental_backups(true)
+        .journal_file_size_bytes(64 << 10)
+        .sync_interval_ms(50);
     let mut env = Environment::open(&db, options.clone())?;
     commit_round(&env, 0, 50)?;
     let mut chain = vec![dir.path().join("full")];
@@ -328,11 +324,9 @@ fn refusals_without_the_option_and_into_a_used_directory() -> hrafn::Result<()> 
 fn a_crash_during_backup_leaves_the_source_untouched_and_the_partial_backup_rejected()
 -> hrafn::Result<()> {
     let source = Arc::new(SimStorage::new(0x6261_636b));
-    let options = Options {
-        incremental_backups: true,
-        journal_file_size_bytes: 64 << 10,
-        ..Options::default()
-    };
+    let options = Options::default()
+        .incremental_backups(true)
+        .journal_file_size_bytes(64 << 10);
     let env = Environment::open_with_storage(source as Arc<dyn Storage>, options)?;
     commit_round(&env, 0, 20)?;
     let (mut rejected, mut accepted) = (0, 0);
@@ -439,13 +433,11 @@ fn a_damaged_manifest_is_rejected_never_a_panic() -> hrafn::Result<()> {
 /// one whose point the environment recorded), which restores to exactly what it holds.
 #[test]
 fn power_loss_in_an_environment_keeping_journals_for_backups() -> hrafn::Result<()> {
-    let options = Options {
-        incremental_backups: true,
-        journal_file_size_bytes: 64 << 10,
-        sync_interval_ms: 1,
-        flush_interval_ms: 1,
-        ..Options::default()
-    };
+    let options = Options::default()
+        .incremental_backups(true)
+        .journal_file_size_bytes(64 << 10)
+        .sync_interval_ms(1)
+        .flush_interval_ms(1);
     /// Commits and backups on `sim` until the first failure; the backups that finished
     /// (one whose manifest is durable finished, even if the environment failed to record
     /// that afterwards).
@@ -546,10 +538,7 @@ fn power_loss_in_an_environment_keeping_journals_for_backups() -> hrafn::Result<
 fn a_chain_across_reopens_between_every_step() -> hrafn::Result<()> {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = dir.path().join("db");
-    let options = Options {
-        incremental_backups: true,
-        ..Options::default()
-    };
+    let options = Options::default().incremental_backups(true);
     let write = |from: u64| -> hrafn::Result<()> {
         let env = Environment::open(&db, options.clone())?;
         let mut wtx = env.begin_write()?;

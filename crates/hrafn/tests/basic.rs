@@ -5,10 +5,7 @@ mod common;
 use hrafn::{Environment, Error, Options};
 
 fn options() -> Options {
-    Options {
-        journal_file_size_bytes: 1 << 20,
-        ..Options::default()
-    }
+    Options::default().journal_file_size_bytes(1 << 20)
 }
 
 #[test]

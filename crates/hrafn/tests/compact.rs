@@ -14,10 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 fn options() -> Options {
-    Options {
-        durability: Durability::None,
-        ..Options::default()
-    }
+    Options::default().durability(Durability::None)
 }
 
 /// (email, city, sequence number as u64 big-endian, payload): primary key, a variable
@@ -656,10 +653,7 @@ fn a_large_copy_commits_in_bounded_transactions() -> hrafn::Result<()> {
         wtx.commit()?;
     }
     // A small scratch limit, which the copy inherits: its transactions must stay small.
-    let small = Options {
-        scratch_limit_bytes: 8 << 20,
-        ..options()
-    };
+    let small = options().scratch_limit_bytes(8 << 20);
     let source = Environment::open(&source_dir, small)?;
     let report = source.compact_to(dir.path().join("copy"))?;
     assert!(report.commits >= 10, "{report:?}");

@@ -65,15 +65,13 @@ fn shape(run: u64) -> RunShape {
 }
 
 fn options(shape: RunShape) -> Options {
-    Options {
-        durability: Durability::Immediate,
-        journal_file_size_bytes: shape.journal_file_size_kib * 1024,
-        flush_threshold_bytes: 256 * 1024,
-        flush_interval_ms: 2,
-        sync_interval_ms: 10,
-        sync_threshold_bytes: 1 << 20,
-        ..Options::default()
-    }
+    Options::default()
+        .durability(Durability::Immediate)
+        .journal_file_size_bytes(shape.journal_file_size_kib * 1024)
+        .flush_threshold_bytes(256 * 1024)
+        .flush_interval_ms(2)
+        .sync_interval_ms(10)
+        .sync_threshold_bytes(1 << 20)
 }
 
 fn key(seq: u64, i: u64) -> Vec<u8> {
@@ -658,16 +656,14 @@ fn full_sim_disk_reopens_after_freeing_space() {
             journal_file_size_kib: 64,
             merged: case % 2 == 1,
         };
-        let options = Options {
-            flush_interval_ms,
-            flush_threshold_bytes: if flush_interval_ms > 1000 {
+        let options = options(shape)
+            .flush_interval_ms(flush_interval_ms)
+            .flush_threshold_bytes(if flush_interval_ms > 1000 {
                 1 << 30
             } else {
                 256 << 10
-            },
-            sync_interval_ms: flush_interval_ms * 5,
-            ..options(shape)
-        };
+            })
+            .sync_interval_ms(flush_interval_ms * 5);
         let storage = CappedStorage {
             inner: SimStorage::new(run),
             capacity_bytes: Arc::new(AtomicU64::new(capacity_mib << 20)),

@@ -40,11 +40,9 @@ fn fill(wtx: &mut hrafn::WriteTxn<'_>, prefix: u8, count: u32) -> hrafn::Result<
 #[test]
 fn a_transaction_larger_than_scratch_fails_at_once() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let options = Options {
-        scratch_limit_bytes: 64 * PAGE_SIZE_BYTES as u64,
-        scratch_wait_ms: 5_000,
-        ..common::small_options()
-    };
+    let options = common::small_options()
+        .scratch_limit_bytes(64 * PAGE_SIZE_BYTES as u64)
+        .scratch_wait_ms(5_000);
     let env = Environment::open(dir.path(), options).expect("open");
     let mut wtx = env.begin_write().expect("write");
     let started = Instant::now();
@@ -68,11 +66,9 @@ fn a_transaction_larger_than_scratch_fails_at_once() {
 #[test]
 fn scratch_full_names_the_oldest_reader_and_clears_when_it_ends() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let options = Options {
-        scratch_limit_bytes: 64 * PAGE_SIZE_BYTES as u64,
-        scratch_wait_ms: 50,
-        ..common::small_options()
-    };
+    let options = common::small_options()
+        .scratch_limit_bytes(64 * PAGE_SIZE_BYTES as u64)
+        .scratch_wait_ms(50);
     let env = Environment::open(dir.path(), options).expect("open");
     // The reader pins every version committed after it: none can reach the data file.
     let reader = env.begin_read().expect("read");
@@ -107,10 +103,7 @@ fn scratch_full_names_the_oldest_reader_and_clears_when_it_ends() {
 #[test]
 fn readers_never_block_the_writer() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let options = Options {
-        readers_max: 4,
-        ..common::small_options()
-    };
+    let options = common::small_options().readers_max(4);
     let env = Environment::open(dir.path(), options).expect("open");
     let readers: Vec<_> = (0..4).map(|_| env.begin_read().expect("read")).collect();
     assert!(matches!(
@@ -202,11 +195,9 @@ fn scratch_drains_after_a_large_commit() {
 #[test]
 fn a_stream_of_commits_past_the_scratch_limit_with_a_huge_flush_threshold() -> hrafn::Result<()> {
     let dir = tempfile::tempdir().expect("tempdir");
-    let options = Options {
-        scratch_limit_bytes: 8 << 20,
-        flush_threshold_bytes: 1 << 40,
-        ..Options::default()
-    };
+    let options = Options::default()
+        .scratch_limit_bytes(8 << 20)
+        .flush_threshold_bytes(1 << 40);
     let env = Environment::open(dir.path(), options)?;
     let value = [7u8; 1000];
     for t in 0..40u64 {

@@ -9,15 +9,10 @@ use std::time::{Duration, Instant};
 const JOURNAL_BYTES: u64 = 64 * 1024;
 
 fn options() -> Options {
-    Options {
-        journal_file_size_bytes: JOURNAL_BYTES,
-        journal_spare_files: 2,
-        // No data-file sync during the test: no journal retires, so every rotation needs a
-        // new file, and only spares can spare the writer the zero-filling.
-        sync_interval_ms: 3_600_000,
-        sync_threshold_bytes: 1 << 40,
-        ..Options::default()
-    }
+    Options::default().journal_file_size_bytes(JOURNAL_BYTES).journal_spare_files(2).// No data-file sync during the test(no journal retires).so every rotation needs a
+        // new file(so every rotation needs a
+        // new file).and only spares can spare the writer the zero-filling.
+        sync_interval_ms(3_600_000).sync_threshold_bytes(1 << 40)
 }
 
 fn spare_files(dir: &Path) -> usize {
@@ -93,14 +88,7 @@ fn rotations_use_spares_made_in_the_background_and_close_removes_them() {
         [7u8; 100],
     )
     .expect("leftover");
-    let env = Environment::open(
-        dir.path(),
-        Options {
-            journal_spare_files: 0,
-            ..options()
-        },
-    )
-    .expect("reopen");
+    let env = Environment::open(dir.path(), options().journal_spare_files(0)).expect("reopen");
     assert_eq!(spare_files(dir.path()), 0, "open removes leftover spares");
     env.check().expect("integrity");
     let rtx = env.begin_read().expect("read");

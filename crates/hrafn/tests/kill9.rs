@@ -50,15 +50,13 @@ const KILL_AFTER_MS_MIN: u64 = 20;
 const KILL_AFTER_MS_MAX: u64 = 300;
 
 fn options() -> Options {
-    Options {
-        durability: Durability::Immediate,
-        journal_file_size_bytes: 256 * 1024,
-        flush_threshold_bytes: 256 * 1024,
-        flush_interval_ms: 5,
-        sync_interval_ms: 20,
-        sync_threshold_bytes: 1 << 20,
-        ..Options::default()
-    }
+    Options::default()
+        .durability(Durability::Immediate)
+        .journal_file_size_bytes(256 * 1024)
+        .flush_threshold_bytes(256 * 1024)
+        .flush_interval_ms(5)
+        .sync_interval_ms(20)
+        .sync_threshold_bytes(1 << 20)
 }
 
 struct Rng(u64);

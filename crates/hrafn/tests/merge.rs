@@ -3,7 +3,7 @@
 mod common;
 
 use hrafn::storage::sim::{Damage, SimStorage};
-use hrafn::{Environment, Error, Options, WriteBatch};
+use hrafn::{Environment, Error, WriteBatch};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -223,11 +223,9 @@ fn a_panicking_request_does_not_fail_the_others() {
 #[test]
 fn back_pressure_bounds_the_queue() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let options = Options {
-        merge_queue_max_requests: 4,
-        merge_batch_max_requests: 2,
-        ..common::small_options()
-    };
+    let options = common::small_options()
+        .merge_queue_max_requests(4)
+        .merge_batch_max_requests(2);
     let env = Arc::new(Environment::open(dir.path(), options).expect("open"));
     let handles: Vec<_> = (0..32u32)
         .map(|t| {

@@ -3,7 +3,7 @@
 
 mod common;
 
-use hrafn::{Environment, Options};
+use hrafn::Environment;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -17,12 +17,10 @@ fn balance(v: &[u8]) -> u64 {
 #[test]
 fn readers_see_consistent_snapshots_during_writes_and_flushes() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let options = Options {
-        flush_interval_ms: 1,
-        flush_threshold_bytes: 64 * 1024,
-        sync_interval_ms: 20,
-        ..common::small_options()
-    };
+    let options = common::small_options()
+        .flush_interval_ms(1)
+        .flush_threshold_bytes(64 * 1024)
+        .sync_interval_ms(20);
     let env = Arc::new(Environment::open(dir.path(), options).expect("open"));
     let mut wtx = env.begin_write().expect("write");
     {
@@ -111,11 +109,9 @@ fn readers_see_consistent_snapshots_during_writes_and_flushes() {
 fn remapping_keeps_old_readers_valid() {
     let dir = tempfile::tempdir().expect("tempdir");
     // No background flushes: the test decides when pages move to the data file.
-    let options = Options {
-        flush_interval_ms: 3_600_000,
-        flush_threshold_bytes: u64::MAX,
-        ..common::small_options()
-    };
+    let options = common::small_options()
+        .flush_interval_ms(3_600_000)
+        .flush_threshold_bytes(u64::MAX);
     let env = Environment::open(dir.path(), options).expect("open");
     let size_before = env.stats().data_file_size_bytes;
     let mut wtx = env.begin_write().expect("write");

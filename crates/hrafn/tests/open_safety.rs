@@ -111,12 +111,10 @@ fn an_unfinished_creation_starts_over() {
 #[test]
 fn a_failed_open_changes_no_file() {
     // The flusher never runs on its own: the records stay in the journal to replay.
-    let options = Options {
-        flush_interval_ms: 3_600_000,
-        flush_threshold_bytes: 1 << 40,
-        journal_spare_files: 0,
-        ..Options::default()
-    };
+    let options = Options::default()
+        .flush_interval_ms(3_600_000)
+        .flush_threshold_bytes(1 << 40)
+        .journal_spare_files(0);
     let sim = SimStorage::new(11);
     let base = {
         let env =

@@ -26,13 +26,11 @@ fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
 
 /// Options under which a writer flushes, syncs and recycles journals many times a second.
 fn busy_options() -> Options {
-    Options {
-        journal_file_size_bytes: 64 * 1024,
-        flush_interval_ms: 1,
-        flush_threshold_bytes: 64 * 1024,
-        sync_interval_ms: 5,
-        ..Options::default()
-    }
+    Options::default()
+        .journal_file_size_bytes(64 * 1024)
+        .flush_interval_ms(1)
+        .flush_threshold_bytes(64 * 1024)
+        .sync_interval_ms(5)
 }
 
 fn write_round(env: &Environment, round: u64) {
@@ -71,12 +69,10 @@ fn snapshot_round(env: &Environment) -> u64 {
 #[test]
 fn read_only_open_recovers_in_memory_and_writes_nothing() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let options = Options {
-        flush_interval_ms: 3_600_000,
-        flush_threshold_bytes: 1 << 40,
-        journal_spare_files: 0,
-        ..Options::default()
-    };
+    let options = Options::default()
+        .flush_interval_ms(3_600_000)
+        .flush_threshold_bytes(1 << 40)
+        .journal_spare_files(0);
     // A writer that is still open: its commits are only in the journal.
     let writer = Environment::open(dir.path(), options.clone()).expect("open");
     for round in 1..=3 {

@@ -5,7 +5,7 @@
 
 mod common;
 
-use hrafn::{Environment, Options};
+use hrafn::Environment;
 use std::time::{Duration, Instant};
 
 const KEYS: u32 = 20_000;
@@ -43,10 +43,7 @@ fn assert_round(env: &Environment, rtx: &hrafn::ReadTxn<'_>, round: u32) {
 #[test]
 fn a_long_reader_spills_scratch_to_files_that_go_when_it_ends() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let options = Options {
-        scratch_memory_bytes: 1 << 20,
-        ..common::small_options()
-    };
+    let options = common::small_options().scratch_memory_bytes(1 << 20);
     drop(Environment::open(dir.path(), options.clone()).expect("create"));
     // A user's file where scratch files live, and one a crashed process left.
     std::fs::create_dir_all(dir.path().join("scratch")).expect("mkdir");

@@ -21,10 +21,7 @@ impl Hrafn {
         } else {
             Durability::None
         };
-        let opts = Options {
-            durability,
-            ..Options::default()
-        };
+        let opts = Options::default().durability(durability);
         let env = Environment::open(dir, opts).context("opening hrafn environment")?;
         let this = Hrafn {
             env,

@@ -24,11 +24,9 @@ pub fn summary(line: &str) {
 
 /// Options with small journals so rotation and recycling happen in small tests.
 pub fn small_options() -> Options {
-    Options {
-        journal_file_size_bytes: 64 * 1024,
-        flush_interval_ms: 1,
-        ..Options::default()
-    }
+    Options::default()
+        .journal_file_size_bytes(64 * 1024)
+        .flush_interval_ms(1)
 }
 
 /// splitmix64 finalizer: every derived size and byte comes from it.
