@@ -781,8 +781,10 @@ impl Environment {
         WriteTxn::begin(&self.inner)
     }
 
-    /// Applies `batch` atomically and durably, merged with concurrent callers' requests
-    /// into one transaction and one journal write. Returns when the batch is durable.
+    /// Applies `batch` atomically, merged with concurrent callers' requests into one
+    /// transaction and one journal write, and returns once it is committed: durable with
+    /// [`Durability::Immediate`]; with [`Durability::None`], visible to new readers and
+    /// surviving a crash of the process, but not necessarily a power loss.
     ///
     /// # Errors
     /// [`Error::Conflict`] when an expectation of the batch fails (only this batch fails);
@@ -799,26 +801,106 @@ impl Environment {
         result
     }
 
-    /// Runs `f` inside a merged write transaction and returns when its changes are durable.
-    /// `f` may run more than once (a merged transaction in which another request failed
-    /// is retried one request at a time), so it must not have side effects outside `wtx`.
-    /// A panic inside `f` fails only this request, with [`Error::RequestPanicked`].
+    /// Runs `f` inside a merged write transaction and returns its value once the
+    /// transaction is committed (as [`Environment::write`]). `f` may run more than once: a
+    /// merged transaction in which a later request failed is retried one request at a
+    /// time, so it must not have side effects outside `wtx`. A request that fails when it
+    /// ran first in its transaction (as it would alone) is not run again. A panic inside
+    /// `f` fails only this request, with [`Error::RequestPanicked`]. For a closure with
+    /// its own error type, see [`Environment::try_submit`].
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let env = hrafn::Environment::open(dir.path(), hrafn::Options::default())?;
+    /// let count = env.submit(|wtx| {
+    ///     let mut tree = wtx.open_tree("t")?;
+    ///     tree.insert(b"k", b"v")?;
+    ///     Ok(tree.len())
+    /// })?;
+    /// assert_eq!(count, 1);
+    /// # Ok::<(), hrafn::Error>(())
+    /// ```
     ///
     /// # Errors
     /// The error `f` returned, or an error of the transaction.
-    pub fn submit<F>(&self, f: F) -> Result<()>
+    pub fn submit<T, F>(&self, f: F) -> Result<T>
     where
-        F: Fn(&mut WriteTxn<'_>) -> Result<()> + Send + Sync + 'static,
+        F: Fn(&mut WriteTxn<'_>) -> Result<T> + Send + Sync + 'static,
+        T: Send + 'static,
+    {
+        self.try_submit(f)
+    }
+
+    /// [`Environment::submit`] for a closure that returns the caller's own error type:
+    /// its error aborts the request and comes back as it is; the engine's errors come back
+    /// through `From<Error>`.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let env = hrafn::Environment::open(dir.path(), hrafn::Options::default())?;
+    /// #[derive(Debug)]
+    /// enum AppError {
+    ///     Empty,
+    ///     Db(hrafn::Error),
+    /// }
+    /// impl From<hrafn::Error> for AppError {
+    ///     fn from(e: hrafn::Error) -> AppError {
+    ///         AppError::Db(e)
+    ///     }
+    /// }
+    /// let refused = env.try_submit(|wtx| -> Result<(), AppError> {
+    ///     if wtx.open_tree("t")?.is_empty() {
+    ///         return Err(AppError::Empty);
+    ///     }
+    ///     Ok(())
+    /// });
+    /// assert!(matches!(refused, Err(AppError::Empty)));
+    /// # Ok::<(), hrafn::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// The error `f` returned, or an error of the transaction converted with `From`.
+    pub fn try_submit<T, E, F>(&self, f: F) -> std::result::Result<T, E>
+    where
+        F: Fn(&mut WriteTxn<'_>) -> std::result::Result<T, E> + Send + Sync + 'static,
+        T: Send + 'static,
+        E: From<Error> + Send + 'static,
     {
         self.inner.check_writable()?;
+        // The merger runs closures of one type; the value and the caller's error travel
+        // beside it. Each run starts by clearing the error: the last run decides.
+        let value: Arc<Mutex<Option<T>>> = Arc::new(Mutex::new(None));
+        let failure: Arc<Mutex<Option<E>>> = Arc::new(Mutex::new(None));
+        let (value_slot, failure_slot) = (Arc::clone(&value), Arc::clone(&failure));
+        let run = move |wtx: &mut WriteTxn<'_>| -> Result<()> {
+            *failure_slot.lock() = None;
+            match f(wtx) {
+                Ok(v) => {
+                    *value_slot.lock() = Some(v);
+                    Ok(())
+                }
+                Err(e) => {
+                    *failure_slot.lock() = Some(e);
+                    Err(Error::TransactionFailed {
+                        cause: "the request returned an error".into(),
+                    })
+                }
+            }
+        };
         let started = std::time::Instant::now();
-        let result = merge::submit(&self.inner, Box::new(f));
+        let result = merge::submit(&self.inner, Box::new(run));
         self.inner
             .counters
             .latencies
             .commit
             .record(started.elapsed());
-        result
+        match result {
+            Ok(()) => Ok(value
+                .lock()
+                .take()
+                .expect("a committed request ran to its value")),
+            Err(error) => Err(failure.lock().take().unwrap_or_else(|| E::from(error))),
+        }
     }
 
     /// Writes every committed page to the data file, syncs it and writes a header, so the

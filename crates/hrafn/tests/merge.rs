@@ -317,3 +317,72 @@ fn acknowledged_merged_writes_survive_a_simulated_power_loss() {
         env.check().expect("integrity");
     }
 }
+
+/// The caller's error type comes back as it is, a value comes back from a committed
+/// request, and a request that fails where it ran first (as it would alone) runs once;
+/// one that failed after others in its merged transaction runs again alone.
+#[test]
+fn submit_returns_values_and_the_callers_errors_and_never_reruns_a_lone_failure() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    #[derive(Debug, PartialEq)]
+    enum AppError {
+        Refused(u64),
+        Db(String),
+    }
+    impl From<Error> for AppError {
+        fn from(e: Error) -> AppError {
+            AppError::Db(e.to_string())
+        }
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = Arc::new(Environment::open(dir.path(), common::small_options()).expect("open"));
+    let runs = Arc::new(AtomicU64::new(0));
+    {
+        let runs = Arc::clone(&runs);
+        let refused = env.try_submit(move |wtx| -> Result<(), AppError> {
+            runs.fetch_add(1, Ordering::SeqCst);
+            wtx.open_tree("t")?.insert(b"never", b"kept")?;
+            Err(AppError::Refused(7))
+        });
+        assert_eq!(refused, Err(AppError::Refused(7)));
+    }
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "a lone failing request ran once"
+    );
+    assert_eq!(count_keys(&env, "t"), 0, "its change was not kept");
+
+    // Many threads: values come back; failures stay the callers' own.
+    let handles: Vec<_> = (0..8u64)
+        .map(|t| {
+            let env = Arc::clone(&env);
+            std::thread::spawn(move || {
+                (0..40u64)
+                    .map(|i| {
+                        env.try_submit(move |wtx| -> Result<u64, AppError> {
+                            if (t + i) % 5 == 0 {
+                                return Err(AppError::Refused(t * 100 + i));
+                            }
+                            let mut tree = wtx.open_tree("t")?;
+                            tree.insert((t * 100 + i).to_be_bytes(), b"v")?;
+                            Ok(t * 100 + i)
+                        })
+                        .map_err(|e| (t * 100 + i, e))
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let mut kept = 0;
+    for h in handles {
+        for outcome in h.join().expect("thread") {
+            match outcome {
+                Ok(_) => kept += 1,
+                Err((n, e)) => assert_eq!(e, AppError::Refused(n)),
+            }
+        }
+    }
+    assert_eq!(count_keys(&env, "t"), kept);
+    assert_eq!(kept, 8 * 40 - 8 * 40 / 5);
+}

@@ -274,6 +274,9 @@ impl Merger {
             let mut bytes = 0;
             let mut wtx: Option<WriteTxn<'_>> = None;
             let mut failed = false;
+            // A request that failed when it ran first in the transaction, as it would
+            // alone: its error stands, and it is not run again.
+            let mut failed_first: Option<Error> = None;
             let mut lingered = false;
             loop {
                 let taken = {
@@ -323,12 +326,21 @@ impl Merger {
                 }
                 for request in taken {
                     if !failed {
+                        let first = executed.is_empty();
                         let txn = match &mut wtx {
                             Some(t) => Ok(t),
                             None => WriteTxn::begin(env).map(|t| wtx.insert(t)),
                         };
                         failed = match txn {
-                            Ok(t) => request.run(t).is_err(),
+                            Ok(t) => match request.run(t) {
+                                Ok(()) => false,
+                                Err(error) => {
+                                    if first {
+                                        failed_first = Some(error);
+                                    }
+                                    true
+                                }
+                            },
                             Err(_) => true,
                         };
                     }
@@ -341,7 +353,13 @@ impl Merger {
             if failed {
                 // Nothing of the merged transaction is kept: each request runs alone.
                 drop(wtx);
-                for request in &executed {
+                let mut requests = executed.iter();
+                if let Some(error) = failed_first.take()
+                    && let Some(first) = requests.next()
+                {
+                    first.complete(Err(error));
+                }
+                for request in requests {
                     run_single(env, request);
                 }
                 continue;
