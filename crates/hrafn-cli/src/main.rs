@@ -7,6 +7,7 @@
 mod backup;
 mod compact;
 mod dump;
+mod report;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use hrafn::btree::TreeKind;
@@ -34,6 +35,18 @@ enum Command {
     Check { dir: PathBuf },
     /// Lists the named trees with their kind and entry count.
     Trees { dir: PathBuf },
+    /// Where the pages go: per tree and table its entries, depth, pages by kind, fill
+    /// factor and overflow pages; free space by section; journals, scratch, what is not
+    /// yet synced, the oldest reader. Reads every page in use (as `check` does).
+    Report {
+        dir: PathBuf,
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Also draw the page map (each page colored by its owner) as SVG into FILE.
+        #[arg(long, value_name = "FILE")]
+        svg: Option<PathBuf>,
+    },
     /// Prints the value of one key of a B+tree (or of a fixed-size tree: a decimal key).
     Get {
         dir: PathBuf,
@@ -217,6 +230,9 @@ fn run(command: Command, out: &mut impl Write) -> Result<(), Failure> {
                 report.next_page_number
             )?;
             Ok(())
+        }
+        Command::Report { dir, json, svg } => {
+            report::report(&open(&dir)?, json, svg.as_deref(), out)
         }
         Command::Trees { dir } => {
             let env = open(&dir)?;

@@ -476,3 +476,190 @@ fn compact_into_another_directory_while_a_writer_goes_on() {
     );
     assert_eq!(stdout(&hrafn(&["dump", t])), dump_before);
 }
+
+/// The fixture with nested trees (one embedded, one spilled fixed-size tree), a
+/// multi-value tree with a set too large to embed, and a table with a primary key,
+/// indexes and an overflow record.
+fn full_fixture() -> (tempfile::TempDir, Environment) {
+    use hrafn::table::Schema;
+    let (dir, env) = fixture();
+    let mut wtx = env.begin_write().expect("write");
+    {
+        let mut series = wtx.open_tree("series").expect("open");
+        series
+            .insert(b"big", vec![1u8; 20_000])
+            .expect("overflow value");
+        let mut host = series.open_tree(b"host-a").expect("nested");
+        let mut cpu = host.open_fixed_tree(b"cpu", 8).expect("nested fixed");
+        for t in 0..200u64 {
+            cpu.insert(t, &t.to_le_bytes()).expect("insert"); // spills into pages
+        }
+    }
+    {
+        let mut series = wtx.open_tree("series").expect("open");
+        let mut small = series.open_fixed_tree(b"small", 4).expect("embedded");
+        small.insert(7, b"abcd").expect("insert");
+    }
+    {
+        let mut by_role = wtx.open_multi_tree("by-role").expect("open");
+        for v in 0..300 {
+            by_role.add(b"guest", format!("guest-{v:04}")).expect("add");
+        }
+    }
+    {
+        let schema = Schema::new(3)
+            .primary_key(0)
+            .index("by-city", &[1])
+            .global_index("everywhere", &[1]);
+        let mut people = wtx.open_table("people", &schema).expect("table");
+        people.insert(&[b"ada", b"London", b""]).expect("insert");
+        people
+            .insert(&[b"alan", b"London", &[9u8; 5_000]])
+            .expect("insert"); // overflow
+        people
+            .insert(&[b"grace", b"Arlington", b"\x00"])
+            .expect("insert");
+    }
+    wtx.commit().expect("commit");
+    (dir, env)
+}
+
+/// The elements of `xml` if every tag is closed in order (comments, declarations and
+/// self-closing tags allowed); the error names the first mismatch.
+fn balanced_tags(xml: &str) -> Result<usize, String> {
+    let mut open: Vec<&str> = Vec::new();
+    let mut elements = 0;
+    let mut rest = xml;
+    while let Some(start) = rest.find('<') {
+        let end = rest[start..]
+            .find('>')
+            .ok_or_else(|| format!("unclosed tag at {:?}", &rest[start..]))?
+            + start;
+        let tag = &rest[start + 1..end];
+        rest = &rest[end + 1..];
+        if tag.starts_with('?') || tag.starts_with('!') {
+            continue;
+        }
+        let name = |t: &'_ str| {
+            t.trim_start_matches('/')
+                .split(|c: char| c.is_whitespace() || c == '/')
+                .next()
+                .unwrap_or("")
+                .to_owned()
+        };
+        if let Some(closing) = tag.strip_prefix('/') {
+            match open.pop() {
+                Some(o) if name(o) == name(closing) => {}
+                other => return Err(format!("</{closing}> closes {other:?}")),
+            }
+        } else {
+            elements += 1;
+            if !tag.ends_with('/') {
+                open.push(tag);
+            }
+        }
+    }
+    if rest.contains('>') {
+        return Err("a stray '>'".into());
+    }
+    match open.pop() {
+        None => Ok(elements),
+        Some(o) => Err(format!("<{o}> never closed")),
+    }
+}
+
+#[test]
+fn report_prints_every_structure_and_draws_the_page_map() {
+    let (dir, writer) = full_fixture();
+    let d = dir.path().to_str().expect("utf-8 path");
+    let trees = writer
+        .begin_read()
+        .expect("read")
+        .list_trees()
+        .expect("trees");
+    assert_eq!(
+        trees,
+        ["by-role", "cpu", "everywhere", "people", "series", "users"]
+    );
+
+    let report = hrafn(&["report", d]);
+    assert!(report.status.success(), "{report:?}");
+    let text = stdout(&report);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("structure  "), "{text}");
+    for (i, name) in trees.iter().enumerate() {
+        let line = lines[i + 1];
+        assert!(line.starts_with(&format!("{name} ")), "{name}: {text}");
+        // Aligned columns: every row as long as the header up to the fill column.
+        assert!(line.ends_with('%'), "{line}");
+    }
+    assert!(lines[trees.len() + 1].starts_with("(root tree)"), "{text}");
+    let people = lines
+        .iter()
+        .find(|l| l.starts_with("people "))
+        .expect("people");
+    assert!(people.contains(" table "), "{people}");
+    for fact in [
+        "\nfree: ",
+        "\n  section 0 (pages 0..",
+        "\njournals: ",
+        "\nscratch (this process): ",
+        "\nunsynced: ",
+        "\nreaders (this process): ",
+    ] {
+        assert!(text.contains(fact), "{fact:?} missing: {text}");
+    }
+
+    let json = hrafn(&["report", d, "--json"]);
+    assert!(json.status.success(), "{json:?}");
+    let value: serde_json::Value = serde_json::from_str(&stdout(&json)).expect("one JSON object");
+    let names: Vec<&str> = value["structures"]
+        .as_array()
+        .expect("structures")
+        .iter()
+        .map(|s| s["name"].as_str().expect("name"))
+        .collect();
+    assert_eq!(names, trees);
+    let series = &value["structures"][4];
+    assert_eq!(series["pages"]["overflow"], 3, "{series}");
+    assert_eq!(series["embedded_trees"], 1, "{series}");
+    let owners = value["owners"].as_array().expect("owners");
+    assert_eq!(owners.len(), 4 + trees.len());
+    let pages: u64 = owners.iter().map(|o| o["pages"].as_u64().expect("n")).sum();
+    assert_eq!(pages, value["next_page_number"].as_u64().expect("n"));
+    let runs: u64 = value["page_map"]
+        .as_array()
+        .expect("runs")
+        .iter()
+        .map(|r| r[1].as_u64().expect("n"))
+        .sum();
+    assert_eq!(runs, pages);
+
+    let svg_path = dir.path().join("map.svg");
+    let svg_arg = svg_path.to_str().expect("utf-8 path");
+    let drawn = hrafn(&["report", d, "--svg", svg_arg]);
+    assert!(drawn.status.success(), "{drawn:?}");
+    assert_eq!(stdout(&drawn), text, "--svg prints the same report");
+    let svg = std::fs::read_to_string(&svg_path).expect("the SVG file");
+    assert!(svg.starts_with("<svg "), "{svg}");
+    assert!(svg.trim_end().ends_with("</svg>"));
+    balanced_tags(&svg).expect("balanced tags");
+    assert_eq!(
+        svg.matches("<g class=\"legend-entry\">").count(),
+        owners.len(),
+        "one legend entry per owner"
+    );
+    for owner in owners {
+        let pages = owner["pages"].as_u64().expect("pages");
+        let entry = format!(
+            ">{}: {pages} page{}</text>",
+            owner["name"].as_str().expect("name"),
+            if pages == 1 { "" } else { "s" }
+        );
+        assert!(svg.contains(&entry), "{entry} missing");
+    }
+    // The checker itself refuses what it should.
+    assert!(balanced_tags("<svg><g></svg></g>").is_err());
+    assert!(balanced_tags("<svg><g>").is_err());
+    assert_eq!(balanced_tags("<svg><rect/><g><t>x</t></g></svg>"), Ok(4));
+}

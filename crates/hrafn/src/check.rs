@@ -2,6 +2,9 @@
 //! bounds, uniform depth, entry counts, overflow runs; the same for fixed-size trees, nested
 //! trees and multi-value sets, embedded or not) and free-space accounting (every page below
 //! the high-water mark is used exactly once or free, never both, never neither).
+//!
+//! The same walk feeds the storage report ([`crate::report`]) through an observer: every
+//! page in use with its owner, every free page, every tree's depth.
 
 use crate::btree::node::{self, ValueRef};
 use crate::btree::{PageSource, TreeHeader, TreeKind, resolve_value};
@@ -32,14 +35,64 @@ pub struct CheckReport {
     pub next_page_number: u64,
 }
 
-struct Walker {
+/// Who a page in use belongs to, as the walk meets it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Owner {
+    /// The meta page.
+    Meta,
+    /// Free-space directory and bitmap pages.
+    FreeSpaceMap,
+    /// The root tree, which maps names to tree headers.
+    RootTree,
+    /// The named tree at this position in name order, with everything nested in it (for a
+    /// table: its own trees, record pages and record overflow runs).
+    Named(usize),
+}
+
+/// Sees what the walk meets besides checking it. Every method is told about a thing once,
+/// as the walk meets it; an error ends the walk.
+pub(crate) trait Observer {
+    /// Pages `first..first + count` are in use by `owner`: one page, or an overflow run
+    /// whose bytes `page` holds whole.
+    ///
+    /// # Errors
+    /// Whatever the observer finds wrong, ending the walk.
+    fn pages(&mut self, _owner: Owner, _first: u64, _count: u64, _page: &[u8]) -> Result<()> {
+        Ok(())
+    }
+    /// `page_number` is free.
+    ///
+    /// # Errors
+    /// As [`Observer::pages`].
+    fn free(&mut self, _page_number: u64) -> Result<()> {
+        Ok(())
+    }
+    /// A tree of `owner` was walked, `nesting` trees below its named tree: `levels` deep.
+    fn tree(&mut self, _owner: Owner, _nesting: usize, _levels: usize) {}
+    /// Named tree `index` is walked next.
+    fn named(&mut self, _index: usize, _name: &[u8], _header: &TreeHeader) {}
+    /// Named tree `index` was walked: the trees nested in it, in pages of their own and
+    /// embedded.
+    fn named_done(&mut self, _index: usize, _nested: u64, _embedded: u64) {}
+}
+
+/// The check alone.
+struct Quiet;
+
+impl Observer for Quiet {}
+
+struct Walker<'o> {
     used: Vec<u64>,
     next_page_number: u64,
     report: CheckReport,
+    owner: Owner,
+    observer: &'o mut dyn Observer,
 }
 
-impl Walker {
-    fn mark(&mut self, first: u64, count: u64) -> Result<()> {
+impl Walker<'_> {
+    /// Marks `first..first + count` in use by the current owner; `page` is the first
+    /// page's bytes (a run whole).
+    fn mark(&mut self, first: u64, count: u64, page: &[u8]) -> Result<()> {
         for page_number in first..first.saturating_add(count) {
             if page_number >= self.next_page_number {
                 return Err(corrupt(
@@ -59,7 +112,7 @@ impl Walker {
             self.used[word] |= 1 << bit;
             self.report.used_pages += 1;
         }
-        Ok(())
+        self.observer.pages(self.owner, first, count, page)
     }
 }
 
@@ -68,7 +121,19 @@ impl Walker {
 /// # Errors
 /// [`Error::Corruption`] describing the first problem found.
 pub fn check<'a, S: PageSource<'a>>(src: S) -> Result<CheckReport> {
-    let meta = Meta::decode(src.page(META_PAGE_NUMBER)?)?;
+    check_observed(src, &mut Quiet)
+}
+
+/// [`check`], telling `observer` what the walk meets.
+///
+/// # Errors
+/// [`Error::Corruption`] describing the first problem found; an error of `observer`.
+pub(crate) fn check_observed<'a, S: PageSource<'a>>(
+    src: S,
+    observer: &mut dyn Observer,
+) -> Result<CheckReport> {
+    let meta_page = src.page(META_PAGE_NUMBER)?;
+    let meta = Meta::decode(meta_page)?;
     let mut walker = Walker {
         used: Vec::new(),
         next_page_number: meta.next_page_number,
@@ -76,16 +141,20 @@ pub fn check<'a, S: PageSource<'a>>(src: S) -> Result<CheckReport> {
             next_page_number: meta.next_page_number,
             ..CheckReport::default()
         },
+        owner: Owner::Meta,
+        observer,
     };
-    walker.mark(META_PAGE_NUMBER, 1)?;
+    walker.mark(META_PAGE_NUMBER, 1, meta_page)?;
+    walker.owner = Owner::FreeSpaceMap;
     for &directory in &meta.directories {
-        if crate::page::kind(src.page(directory)?, directory)? != PageKind::FreeDirectory {
+        let page = src.page(directory)?;
+        if crate::page::kind(page, directory)? != PageKind::FreeDirectory {
             return Err(corrupt(
                 directory,
                 "listed free-space directory is not a directory page",
             ));
         }
-        walker.mark(directory, 1)?;
+        walker.mark(directory, 1, page)?;
     }
     let mut bitmaps = Vec::new();
     let mut directory_free_pages = 0u64;
@@ -115,20 +184,27 @@ pub fn check<'a, S: PageSource<'a>>(src: S) -> Result<CheckReport> {
                 ),
             ));
         }
-        walker.mark(entry.bitmap_page, 1)?;
+        walker.mark(entry.bitmap_page, 1, bitmap)?;
         directory_free_pages += u64::from(entry.free_pages);
         bitmaps.push(bitmap);
     }
     if meta.root_page != 0 {
         let root = TreeHeader::btree(meta.root_page, meta.tree_count);
         let mut trees = Vec::new();
-        walk_tree(src, &root, &mut walker, &mut |k, v, _| {
+        walker.owner = Owner::RootTree;
+        walk_tree(src, &root, 0, &mut walker, &mut |k, v, _| {
             trees.push((k.to_vec(), TreeHeader::decode(v, meta.root_page)?));
             Ok(())
         })?;
-        for (name, header) in &trees {
+        for (index, (name, header)) in trees.iter().enumerate() {
             walker.report.tree_count += 1;
             walker.report.entry_count += header.entry_count;
+            walker.owner = Owner::Named(index);
+            walker.observer.named(index, name, header);
+            let (nested, embedded) = (
+                walker.report.nested_tree_count,
+                walker.report.embedded_tree_count,
+            );
             let walked = if header.kind == TreeKind::Table {
                 walk_table(src, header, &trees, &mut walker)
             } else {
@@ -141,6 +217,11 @@ pub fn check<'a, S: PageSource<'a>>(src: S) -> Result<CheckReport> {
                 },
                 other => other,
             })?;
+            walker.observer.named_done(
+                index,
+                walker.report.nested_tree_count - nested,
+                walker.report.embedded_tree_count - embedded,
+            );
         }
     }
     // Free-space accounting.
@@ -161,7 +242,10 @@ pub fn check<'a, S: PageSource<'a>>(src: S) -> Result<CheckReport> {
                     "page neither free nor in use (leaked)",
                 ));
             }
-            (true, false) => walker.report.free_pages += 1,
+            (true, false) => {
+                walker.report.free_pages += 1;
+                walker.observer.free(page_number)?;
+            }
             (false, true) => {}
         }
     }
@@ -207,7 +291,7 @@ fn walk_any<'a, S: PageSource<'a>>(
     header: &TreeHeader,
     role: Role,
     nesting: usize,
-    walker: &mut Walker,
+    walker: &mut Walker<'_>,
 ) -> Result<()> {
     if nesting > crate::btree::NESTING_DEPTH_MAX {
         return Err(corrupt(
@@ -222,11 +306,11 @@ fn walk_any<'a, S: PageSource<'a>>(
     let root_page = header.root_page;
     match (header.kind, role) {
         (TreeKind::Fixed { value_size }, Role::Tree) => {
-            return walk_fixed(src, header, usize::from(value_size), walker);
+            return walk_fixed(src, header, usize::from(value_size), nesting, walker);
         }
         (TreeKind::BTree, Role::Tree) => {
             let mut embedded = 0;
-            walk_tree(src, header, walker, &mut |_, v, held| {
+            walk_tree(src, header, nesting, walker, &mut |_, v, held| {
                 match held {
                     Held::Tree => nested.push((TreeHeader::decode(v, root_page)?, Role::Tree)),
                     Held::Embedded => {
@@ -240,7 +324,7 @@ fn walk_any<'a, S: PageSource<'a>>(
             walker.report.embedded_tree_count += embedded;
         }
         (TreeKind::Multi, Role::Tree) => {
-            walk_tree(src, header, walker, &mut |_, v, held| {
+            walk_tree(src, header, nesting, walker, &mut |_, v, held| {
                 if held == Held::Embedded {
                     return Err(corrupt(root_page, "an embedded tree in a multi-value tree"));
                 }
@@ -259,7 +343,7 @@ fn walk_any<'a, S: PageSource<'a>>(
             })?;
         }
         (TreeKind::BTree, Role::Set) => {
-            walk_tree(src, header, walker, &mut |_, v, held| {
+            walk_tree(src, header, nesting, walker, &mut |_, v, held| {
                 if held != Held::Value || !v.is_empty() {
                     return Err(corrupt(root_page, "a set's tree holds more than values"));
                 }
@@ -284,7 +368,8 @@ type Pending = (u64, usize, Option<Vec<u8>>, Option<Vec<u8>>);
 fn walk_tree<'a, S: PageSource<'a>>(
     src: S,
     tree: &TreeHeader,
-    walker: &mut Walker,
+    nesting: usize,
+    walker: &mut Walker<'_>,
     visit: &mut Visit<'_>,
 ) -> Result<()> {
     // (page, depth, lower bound inclusive, upper bound exclusive)
@@ -296,7 +381,7 @@ fn walk_tree<'a, S: PageSource<'a>>(
             return Err(corrupt(page_number, "tree deeper than any valid tree"));
         }
         let page = src.page(page_number)?;
-        walker.mark(page_number, 1)?;
+        walker.mark(page_number, 1, page)?;
         node::validate_header(page, page_number)?;
         let leaf = node::is_leaf(page, page_number)?;
         let n = node::count(page);
@@ -330,7 +415,11 @@ fn walk_tree<'a, S: PageSource<'a>>(
                     len_bytes,
                 } = value
                 {
-                    walker.mark(first_page, overflow_page_count(len_bytes))?;
+                    walker.mark(
+                        first_page,
+                        overflow_page_count(len_bytes),
+                        src.page(first_page)?,
+                    )?;
                 }
                 visit(key, bytes, held)?;
             }
@@ -352,6 +441,9 @@ fn walk_tree<'a, S: PageSource<'a>>(
             }
         }
     }
+    walker
+        .observer
+        .tree(walker.owner, nesting, leaf_depth.unwrap_or(0) + 1);
     if entries != tree.entry_count {
         return Err(Error::corruption(
             CorruptionSite::Page {
@@ -373,7 +465,7 @@ fn walk_table<'a, S: PageSource<'a>>(
     src: S,
     header: &TreeHeader,
     named: &[(Vec<u8>, TreeHeader)],
-    walker: &mut Walker,
+    walker: &mut Walker<'_>,
 ) -> Result<()> {
     use crate::table::{self, PAGES_OVERFLOW_RUN, TableView};
     let root_page = header.root_page;
@@ -407,13 +499,14 @@ fn walk_table<'a, S: PageSource<'a>>(
             walker.mark(
                 page_number,
                 overflow_page_count(crate::page::get_u64(run, crate::page::OFFSET_AUX)),
+                run,
             )?;
             let record = view.overflow_record(src, page_number)?;
             ids.push((table::make_id(page_number, 0), record));
             continue;
         }
         let page = src.page(page_number)?;
-        walker.mark(page_number, 1)?;
+        walker.mark(page_number, 1, page)?;
         table::validate_page(page, page_number, view.tag)?;
         let mut live = 0;
         for offset in table::live_offsets(page, page_number)? {
@@ -496,7 +589,8 @@ fn walk_fixed<'a, S: PageSource<'a>>(
     src: S,
     tree: &TreeHeader,
     value_size: usize,
-    walker: &mut Walker,
+    nesting: usize,
+    walker: &mut Walker<'_>,
 ) -> Result<()> {
     // (page, depth, lower bound inclusive, upper bound exclusive)
     let mut stack: Vec<(u64, usize, Option<u64>, Option<u64>)> =
@@ -508,7 +602,7 @@ fn walk_fixed<'a, S: PageSource<'a>>(
             return Err(corrupt(page_number, "tree deeper than any valid tree"));
         }
         let page = src.page(page_number)?;
-        walker.mark(page_number, 1)?;
+        walker.mark(page_number, 1, page)?;
         let leaf = fixed::validate(page, page_number, value_size)?;
         let n = fixed::count(page);
         if depth > 0 && leaf && n == 0 {
@@ -551,6 +645,9 @@ fn walk_fixed<'a, S: PageSource<'a>>(
             }
         }
     }
+    walker
+        .observer
+        .tree(walker.owner, nesting, leaf_depth.unwrap_or(0) + 1);
     if entries != tree.entry_count {
         return Err(corrupt(
             tree.root_page,

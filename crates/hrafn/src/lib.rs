@@ -49,6 +49,7 @@ pub mod meta;
 mod metrics;
 pub mod multi;
 pub mod page;
+pub mod report;
 pub mod scratch;
 pub mod storage;
 mod sync;
@@ -62,6 +63,7 @@ pub use check::CheckReport;
 pub use compact::{CompactProgress, CompactReport};
 pub use env::{DATA_FILE, Durability, Environment, Options, Stats};
 pub use error::{CorruptionSite, Error, Result};
+pub use report::{EnvironmentReport, PageCounts, PageOwners, StorageReport, StructureReport};
 pub use txn::cursor::{Removable, Seekable};
 pub use txn::{
     FixedTree, FixedTreeMut, KeyCursor, MultiTree, MultiTreeMut, ReadTxn, Table, TableHandle,
