@@ -32,6 +32,24 @@
 //! # }
 //! ```
 
+/// Declares modules that are the engine's internals: crate-private, or public but hidden
+/// with the `internals` feature, which only the crash suites, fuzz targets and benches use
+/// (not a stable API).
+macro_rules! internal_modules {
+    ($($name:ident),* $(,)?) => {
+        $(
+            #[cfg(feature = "internals")]
+            #[doc(hidden)]
+            pub mod $name;
+            #[cfg(not(feature = "internals"))]
+            #[allow(dead_code, unused_imports)]
+            mod $name;
+        )*
+    };
+}
+
+internal_modules!(freespace, header, journal, meta, page, scratch);
+
 pub mod backup;
 pub mod btree;
 pub mod check;
@@ -41,16 +59,10 @@ pub mod error;
 pub mod fixed;
 mod flush;
 mod flush_log;
-pub mod freespace;
-pub mod header;
-pub mod journal;
 pub mod limits;
-pub mod meta;
 mod metrics;
 pub mod multi;
-pub mod page;
 pub mod report;
-pub mod scratch;
 pub mod storage;
 mod sync;
 pub mod table;

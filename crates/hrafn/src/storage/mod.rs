@@ -15,6 +15,8 @@
 mod file;
 mod io_loop;
 pub(crate) mod lock_file;
+/// The simulated disk of the crash suites (feature `internals`).
+#[cfg(any(test, feature = "internals"))]
 pub mod sim;
 
 pub use file::FileStorage;
