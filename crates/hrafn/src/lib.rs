@@ -59,6 +59,7 @@ pub mod error;
 pub mod fixed;
 mod flush;
 mod flush_log;
+pub mod iter;
 pub mod limits;
 mod metrics;
 pub mod multi;

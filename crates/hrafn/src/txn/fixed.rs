@@ -4,7 +4,7 @@ use super::state::State;
 use super::write::WriteTxn;
 use crate::btree::TreeHeader;
 use crate::error::{Error, Result};
-use crate::fixed::{self, FixedRange, FixedRoot, embedded};
+use crate::fixed::{self, FixedRoot, embedded};
 use std::ops::RangeBounds;
 
 fn value_size(header: &TreeHeader) -> usize {
@@ -89,7 +89,7 @@ impl<'t> FixedTree<'t> {
     ///
     /// # Errors
     /// Corruption met while positioning.
-    pub fn range(&self, range: impl RangeBounds<u64>) -> Result<FixedRange<'t, &'t State>> {
+    pub fn range(&self, range: impl RangeBounds<u64>) -> Result<crate::iter::FixedRange<'t>> {
         self.root.range(self.src, range, false)
     }
 
@@ -97,7 +97,7 @@ impl<'t> FixedTree<'t> {
     ///
     /// # Errors
     /// Corruption met while positioning.
-    pub fn range_rev(&self, range: impl RangeBounds<u64>) -> Result<FixedRange<'t, &'t State>> {
+    pub fn range_rev(&self, range: impl RangeBounds<u64>) -> Result<crate::iter::FixedRange<'t>> {
         self.root.range(self.src, range, true)
     }
 
@@ -279,7 +279,7 @@ impl<'t, 'env> FixedTreeMut<'t, 'env> {
     pub fn range<'s>(
         &'s self,
         range: impl RangeBounds<u64>,
-    ) -> Result<FixedRange<'s, &'s WriteTxn<'env>>> {
+    ) -> Result<crate::iter::FixedRangeMut<'s, 'env>> {
         self.root().range(&*self.txn, range, false)
     }
 
@@ -290,7 +290,7 @@ impl<'t, 'env> FixedTreeMut<'t, 'env> {
     pub fn range_rev<'s>(
         &'s self,
         range: impl RangeBounds<u64>,
-    ) -> Result<FixedRange<'s, &'s WriteTxn<'env>>> {
+    ) -> Result<crate::iter::FixedRangeMut<'s, 'env>> {
         self.root().range(&*self.txn, range, true)
     }
 

@@ -66,7 +66,7 @@ impl<'t> MultiTree<'t> {
     ///
     /// # Errors
     /// Corruption.
-    pub fn values(&self, key: impl AsRef<[u8]>) -> Result<Values<'t, &'t State>> {
+    pub fn values(&self, key: impl AsRef<[u8]>) -> Result<crate::iter::Values<'t>> {
         Values::new(self.src, self.header.root_page, key.as_ref())
     }
 
@@ -210,7 +210,7 @@ impl<'t, 'env> MultiTreeMut<'t, 'env> {
     ///
     /// # Errors
     /// Corruption.
-    pub fn values<'s>(&'s self, key: impl AsRef<[u8]>) -> Result<Values<'s, &'s WriteTxn<'env>>> {
+    pub fn values<'s>(&'s self, key: impl AsRef<[u8]>) -> Result<crate::iter::ValuesMut<'s, 'env>> {
         Values::new(&*self.txn, self.header().root_page, key.as_ref())
     }
 

@@ -377,7 +377,7 @@ impl<'t> Tree<'t> {
     pub fn range<K: AsRef<[u8]>, R: RangeBounds<K>>(
         &self,
         range: R,
-    ) -> Result<Range<'t, &'t State>> {
+    ) -> Result<crate::iter::TreeRange<'t>> {
         let (start, end) = bounds(&range);
         Range::new(self.src, self.header.root_page, start, end)
     }
@@ -386,7 +386,7 @@ impl<'t> Tree<'t> {
     ///
     /// # Errors
     /// Corruption met while positioning.
-    pub fn iter(&self) -> Result<Range<'t, &'t State>> {
+    pub fn iter(&self) -> Result<crate::iter::TreeRange<'t>> {
         self.range::<&[u8], _>(..)
     }
 
@@ -394,7 +394,7 @@ impl<'t> Tree<'t> {
     ///
     /// # Errors
     /// Corruption met while positioning.
-    pub fn prefix(&self, prefix: impl AsRef<[u8]>) -> Result<Range<'t, &'t State>> {
+    pub fn prefix(&self, prefix: impl AsRef<[u8]>) -> Result<crate::iter::TreeRange<'t>> {
         use std::ops::Bound;
         let prefix = prefix.as_ref();
         match prefix_end(prefix) {

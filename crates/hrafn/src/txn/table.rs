@@ -10,8 +10,7 @@ use crate::fixed::{self, FixedRange};
 use crate::meta::{META_PAGE_NUMBER, Meta};
 use crate::multi::Values;
 use crate::table::{
-    self, IndexKind, Record, STATE_BYTES, Scan, Schema, TableView, index_tree_kind, keys,
-    local_index_key,
+    self, IndexKind, Record, STATE_BYTES, Schema, TableView, index_tree_kind, keys, local_index_key,
 };
 use std::ops::RangeBounds;
 
@@ -533,7 +532,7 @@ impl<'env> TableMut<'_, 'env> {
     ///
     /// # Errors
     /// Corruption met while positioning.
-    pub fn scan(&self) -> Result<Scan<'_, &WriteTxn<'env>>> {
+    pub fn scan(&self) -> Result<crate::iter::TableScanMut<'_, 'env>> {
         self.view().scan(&*self.txn)
     }
 
@@ -765,7 +764,7 @@ impl<'t> Table<'t> {
     ///
     /// # Errors
     /// Corruption met while positioning.
-    pub fn scan(&self) -> Result<Scan<'t, &'t State>> {
+    pub fn scan(&self) -> Result<crate::iter::TableScan<'t>> {
         self.view.scan(self.src)
     }
 

@@ -962,7 +962,7 @@ impl<'t, 'env> TreeMut<'t, 'env> {
     pub fn range<'s, K: AsRef<[u8]>, R: RangeBounds<K>>(
         &'s self,
         range: R,
-    ) -> Result<Range<'s, &'s WriteTxn<'s>>>
+    ) -> Result<crate::iter::TreeRangeMut<'s>>
     where
         Self: 's,
     {
@@ -975,7 +975,7 @@ impl<'t, 'env> TreeMut<'t, 'env> {
     ///
     /// # Errors
     /// Corruption met while positioning.
-    pub fn prefix<'s>(&'s self, prefix: impl AsRef<[u8]>) -> Result<Range<'s, &'s WriteTxn<'s>>> {
+    pub fn prefix<'s>(&'s self, prefix: impl AsRef<[u8]>) -> Result<crate::iter::TreeRangeMut<'s>> {
         use std::ops::Bound;
         let prefix = prefix.as_ref();
         let root = self.header().root_page;
