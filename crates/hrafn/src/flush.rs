@@ -9,7 +9,7 @@
 //! data file holds its version as of `S` or the journal after `S` rebuilds it: `S` stays
 //! below the oldest version still waiting in scratch (`first_unflushed_txn_id`).
 
-use crate::env::{DataWritePhase, Durability, EnvInner, Options};
+use crate::env::{DataWritePhase, EnvInner, Options};
 use crate::error::{Error, Result};
 use crate::header::{self, Header};
 use crate::journal::{JournalIndex, journal_file_name, spare};
@@ -399,15 +399,24 @@ fn write_batch(
         error
     };
     // Write-ahead rule: the records of these versions are durable before any data byte.
-    if inner.options.durability == Durability::None {
+    // Read after `state` was loaded and before the file: a transaction of `state` was
+    // marked and its file named before it was published, and an older file was synced
+    // when the writer rotated away from it. A mark newer than `state` may lie in a file
+    // the handle does not name yet, so only one this sync surely covers is cleared.
+    let buffered_txn_id = inner.journal_index.lock().buffered_unsynced_txn_id;
+    if buffered_txn_id != 0 {
         let file = inner.journal_file.lock().clone().ok_or(Error::ReadOnly)?;
         file.sync_data()
             .map_err(|e| fail(Error::io("syncing the journal before a flush", e)))?;
         // Every record up to this state's is durable now (the write-ahead checker in tests
-        // learns it here; with durable journals each write reports it).
+        // learns it here; durable writes report it themselves).
         inner.storage.note(StorageEvent::JournalDurable {
             txn_id: state.txn_id,
         });
+        let mut index = inner.journal_index.lock();
+        if index.buffered_unsynced_txn_id == buffered_txn_id && buffered_txn_id <= state.txn_id {
+            index.buffered_unsynced_txn_id = 0;
+        }
     }
     let txn_id_max = batch.iter().map(|&(_, t)| t).max().unwrap_or(0);
     inner.storage.note(StorageEvent::DataWrite { txn_id_max });

@@ -113,6 +113,7 @@ fn second_crash(disk: &CrashedDisk, op: u64, options: &Options) -> Tally {
         let oracle = crash_support::Oracle {
             models: [(disk.reference.0, Arc::new(disk.reference.1.clone()))].into(),
             acked: disk.reference.0,
+            durable_acked: disk.reference.0,
             submitted: disk.reference.0,
         };
         let (verdict, _) = verify_recovery(&second, options, &oracle, damage == Damage::KeepAll);

@@ -116,6 +116,10 @@ pub struct JournalIndex {
     pub spares_made: u64,
     pub spares_used: u64,
     pub filled_by_writer: u64,
+    /// The newest record written without `O_DSYNC` that no sync is known to cover (0:
+    /// none). Only the current file can hold one: rotation syncs first. The flusher syncs
+    /// before writing data pages; a durable record after it must cover it too.
+    pub buffered_unsynced_txn_id: u64,
 }
 
 impl JournalIndex {
@@ -198,6 +202,9 @@ pub struct JournalWriter {
     kind: FileKind,
     standard_file_size_bytes: u64,
     file: Arc<dyn StorageFile>,
+    /// A buffered handle of the current file, for records of non-durable transactions in
+    /// a durable environment (opened when first needed).
+    buffered_file: Option<Arc<dyn StorageFile>>,
     journal_number: u64,
     position_bytes: u64,
     file_size_bytes: u64,
@@ -244,6 +251,7 @@ impl JournalWriter {
             kind,
             standard_file_size_bytes,
             file,
+            buffered_file: None,
             journal_number,
             position_bytes: 0,
             file_size_bytes,
@@ -278,8 +286,14 @@ impl JournalWriter {
     }
 
     /// Appends the record of `header.txn_id` with the payload of `record` (uncompressed
-    /// diffs). When this returns `Ok` in durable mode the record is on disk. `record` is
-    /// used as the write buffer and holds nothing useful afterwards.
+    /// diffs). With `durable`, the record and every one before it are on disk when this
+    /// returns `Ok`. `record` is used as the write buffer and holds nothing useful
+    /// afterwards.
+    ///
+    /// A durable record goes through `O_DIRECT|O_DSYNC` when nothing buffered precedes it
+    /// unsynced; otherwise it is written buffered and the file synced, one flush covering
+    /// both. A non-durable record is written buffered and flagged, so that recovery knows it
+    /// may have reached the disk out of order.
     ///
     /// # Errors
     /// I/O errors; the caller must poison the environment (a failed `O_DIRECT` write may
@@ -288,6 +302,7 @@ impl JournalWriter {
         &mut self,
         mut header: RecordHeader,
         record: &mut RecordBuf,
+        durable: bool,
         index: &parking_lot::Mutex<JournalIndex>,
     ) -> Result<RecordEnd> {
         assert_eq!(
@@ -324,11 +339,11 @@ impl JournalWriter {
         } else {
             (payload, 0)
         };
-        header.flags = if self.kind == FileKind::JournalBuffered {
-            flags | FLAG_BUFFERED
-        } else {
-            flags
-        };
+        // Decided after a rotation, which syncs what the old file held.
+        let direct = durable
+            && self.kind == FileKind::JournalDurable
+            && index.lock().buffered_unsynced_txn_id == 0;
+        header.flags = if direct { flags } else { flags | FLAG_BUFFERED };
         header.journal_number = self.journal_number;
         header.prev_checksum = self.prev_checksum;
         header.payload_size_bytes = stored.len() as u64;
@@ -355,16 +370,31 @@ impl JournalWriter {
             (checksum, &self.aligned[start..])
         };
         debug_assert_eq!(block.as_ptr().align_offset(JOURNAL_ALIGN_BYTES), 0);
-        write_all_at(&*self.file, block, self.position_bytes).map_err(|e| {
-            Error::io(
-                format!(
-                    "writing journal {} record {}",
-                    self.journal_number, header.txn_id
-                ),
-                e,
+        let what = |doing: &str| {
+            format!(
+                "{doing} journal {} record {}",
+                self.journal_number, header.txn_id
             )
-        })?;
-        if self.kind == FileKind::JournalDurable {
+        };
+        let file = if direct || self.kind == FileKind::JournalBuffered {
+            &self.file
+        } else {
+            if self.buffered_file.is_none() {
+                let name = journal_file_name(self.journal_number);
+                let handle = self
+                    .storage
+                    .open(&name, FileKind::JournalBuffered, false)
+                    .map_err(|e| Error::io(format!("opening {name} for buffered writes"), e))?;
+                self.buffered_file = Some(handle);
+            }
+            self.buffered_file.as_ref().expect("opened above")
+        };
+        write_all_at(&**file, block, self.position_bytes)
+            .map_err(|e| Error::io(what("writing"), e))?;
+        if durable && !direct {
+            file.sync_data().map_err(|e| Error::io(what("syncing"), e))?;
+        }
+        if durable {
             self.storage.note(StorageEvent::JournalDurable {
                 txn_id: header.txn_id,
             });
@@ -393,6 +423,7 @@ impl JournalWriter {
             index.sealed = Some(self.journal_number);
         }
         index.push_record(end);
+        index.buffered_unsynced_txn_id = if durable { 0 } else { header.txn_id };
         match index.active.back_mut() {
             Some((number, last)) if *number == self.journal_number => *last = header.txn_id,
             _ => index.active.push_back((self.journal_number, header.txn_id)),
@@ -400,28 +431,23 @@ impl JournalWriter {
         Ok(end)
     }
 
-    /// Makes buffered-mode records durable (no-op cost in durable mode, where every write
-    /// already is). The flusher calls it before writing data pages: the write-ahead rule.
-    ///
-    /// # Errors
-    /// A failed sync; the caller poisons the environment.
-    pub fn sync(&self) -> Result<()> {
-        if self.kind == FileKind::JournalBuffered {
-            self.file
-                .sync_data()
-                .map_err(|e| Error::io(format!("syncing journal {}", self.journal_number), e))?;
-        }
-        Ok(())
-    }
-
     fn rotate(
         &mut self,
         min_size_bytes: u64,
         index: &parking_lot::Mutex<JournalIndex>,
     ) -> Result<()> {
-        // Buffered mode: the finished file must be durable before records move on, since
-        // the flusher only syncs the current file.
-        self.sync()?;
+        // Buffered records in the finished file must be durable before records move on,
+        // since the flusher only syncs the current file.
+        if index.lock().buffered_unsynced_txn_id != 0 {
+            self.file
+                .sync_data()
+                .map_err(|e| Error::io(format!("syncing journal {}", self.journal_number), e))?;
+            self.storage.note(StorageEvent::JournalDurable {
+                txn_id: self.last_txn_id,
+            });
+            index.lock().buffered_unsynced_txn_id = 0;
+        }
+        self.buffered_file = None;
         let next = self.journal_number + 1;
         let size = self.standard_file_size_bytes.max(min_size_bytes);
         let (file, file_size) = prepare_file(

@@ -26,6 +26,8 @@ pub(crate) struct Prepared<'env> {
     pub base_ptt: Ptt,
     pub ptt: Ptt,
     pub dirty_bytes: u64,
+    /// Whether `finish` returns only once the record is on disk.
+    pub durable: bool,
     pub finished: bool,
 }
 
@@ -77,7 +79,7 @@ pub(crate) fn publish(
 }
 
 impl Prepared<'_> {
-    /// Appends the record (durable on return), then publishes the new state.
+    /// Appends the record (durable on return if `durable`), then publishes the new state.
     ///
     /// # Errors
     /// A failed journal write poisons the environment; a transaction prepared on top of a
@@ -111,7 +113,12 @@ impl Prepared<'_> {
         let (bytes_before, number_before) = (journal.bytes_written, journal.journal_number());
         let payload_bytes = self.record.payload().len() as u64;
         let writing = std::time::Instant::now();
-        let appended = journal.append(self.header, &mut self.record, &env.journal_index);
+        let appended = journal.append(
+            self.header,
+            &mut self.record,
+            self.durable,
+            &env.journal_index,
+        );
         env.counters
             .latencies
             .journal_write

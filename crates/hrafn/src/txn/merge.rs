@@ -14,7 +14,7 @@
 //! `merge_batch_max_bytes` of batch data, so memory stays bounded under any load.
 
 use super::write::WriteTxn;
-use crate::env::EnvInner;
+use crate::env::{Durability, EnvInner};
 use crate::error::{Error, Result};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::VecDeque;
@@ -52,6 +52,8 @@ enum BatchOp {
 pub struct WriteBatch {
     ops: Vec<BatchOp>,
     size_bytes: usize,
+    /// `None`: the environment's [`crate::Options::durability`].
+    durability: Option<Durability>,
 }
 
 impl WriteBatch {
@@ -98,6 +100,15 @@ impl WriteBatch {
             key,
             value: value.map(<[u8]>::to_vec),
         });
+        self
+    }
+
+    /// Sets when [`crate::Environment::write`] returns for this batch, overriding
+    /// [`crate::Options::durability`] (see [`WriteTxn::set_durability`]). A merged
+    /// transaction is durable if any of its requests asks for it: a non-durable batch may
+    /// still wait for a durable write it was merged with.
+    pub fn durability(&mut self, durability: Durability) -> &mut Self {
+        self.durability = Some(durability);
         self
     }
 
@@ -180,6 +191,15 @@ impl Request {
                 .unwrap_or_else(|| "non-string panic".to_owned());
             Err(Error::RequestPanicked { message })
         })
+    }
+
+    /// Whether the transaction this request runs in must be durable on return.
+    fn durable(&self, env: &EnvInner) -> bool {
+        let asked = match &self.work {
+            Work::Batch(batch) => batch.durability,
+            Work::Closure(_) => None,
+        };
+        asked.unwrap_or(env.options.durability) == Durability::Immediate
     }
 
     fn complete(&self, result: Result<()>) {
@@ -364,7 +384,8 @@ impl Merger {
                 }
                 continue;
             }
-            let Some(wtx) = wtx else { continue };
+            let Some(mut wtx) = wtx else { continue };
+            wtx.set_durability(durability_of(env, executed.iter().map(|r| &**r)));
             match wtx.prepare() {
                 Ok(Some(prepared)) => {
                     self.hand_over();
@@ -412,6 +433,18 @@ impl Merger {
     }
 }
 
+/// The durability of a transaction running `requests`: durable if any asks for it.
+fn durability_of<'r>(
+    env: &EnvInner,
+    mut requests: impl Iterator<Item = &'r Request>,
+) -> Durability {
+    if requests.any(|r| r.durable(env)) {
+        Durability::Immediate
+    } else {
+        Durability::None
+    }
+}
+
 /// Gives every request of a merged transaction the transaction's result.
 fn complete_all(env: &EnvInner, batch: &[Arc<Request>], result: Result<()>) {
     match result {
@@ -441,6 +474,7 @@ fn complete_all(env: &EnvInner, batch: &[Arc<Request>], result: Result<()>) {
 fn run_single(env: &EnvInner, request: &Request) {
     let result = WriteTxn::begin(env).and_then(|mut wtx| {
         request.run(&mut wtx)?;
+        wtx.set_durability(durability_of(env, std::iter::once(request)));
         wtx.commit()
     });
     if result.is_ok() {

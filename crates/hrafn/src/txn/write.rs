@@ -110,6 +110,8 @@ pub struct WriteTxn<'env> {
     pub(crate) free_pages: u64,
     /// The page last changed or allocated: allocation looks for free pages near it.
     pub(crate) near_page: u64,
+    /// Whether commit waits for the journal record to be on disk.
+    durability: crate::Durability,
     /// Bitmap pages searched by allocations so far (tests check allocation cost with it).
     #[cfg(test)]
     pub(crate) bitmaps_searched: u32,
@@ -152,6 +154,7 @@ impl<'env> WriteTxn<'env> {
             txn_id: core.last_txn_id + 1,
             free_pages: core.free_pages,
             near_page: 0,
+            durability: env.options.durability,
             #[cfg(test)]
             bitmaps_searched: 0,
             core,
@@ -586,8 +589,42 @@ impl<'env> WriteTxn<'env> {
         result
     }
 
+    /// Sets when this transaction's commit returns, overriding [`crate::Options::durability`]
+    /// for this transaction only (as redb's `set_durability`).
+    ///
+    /// With [`crate::Durability::None`] the commit returns after a buffered journal write:
+    /// the transaction is visible at once and survives a crash of the process, but a power
+    /// loss may lose it, together with any later non-durable ones. It becomes durable with
+    /// the next durable commit (which syncs the journal first) or the flusher's next pass.
+    /// With [`crate::Durability::Immediate`] in an environment opened with `None`, this
+    /// commit returns once its record and every earlier one are on disk.
+    ///
+    /// What survives a power loss is always a prefix of the committed transactions.
+    /// Inside [`crate::Environment::submit`] the merged transaction's durability is decided
+    /// by its requests, so setting it there has no effect.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// use hrafn::{Durability, Environment, Options};
+    /// let env = Environment::open(dir.path(), Options::default())?;
+    /// let mut wtx = env.begin_write()?;
+    /// wtx.set_durability(Durability::None); // a cache entry: speed over durability
+    /// wtx.open_tree("cache")?.insert(b"k", b"v")?;
+    /// wtx.commit()?;
+    /// # Ok::<(), hrafn::Error>(())
+    /// ```
+    pub fn set_durability(&mut self, durability: crate::Durability) {
+        self.durability = durability;
+    }
+
+    /// This transaction's durability ([`WriteTxn::set_durability`]).
+    pub fn durability(&self) -> crate::Durability {
+        self.durability
+    }
+
     /// Makes the transaction durable and visible. Returns when its journal record is on
-    /// disk (with [`crate::Durability::Immediate`]).
+    /// disk (with [`crate::Durability::Immediate`], the default; see
+    /// [`WriteTxn::set_durability`]).
     ///
     /// # Errors
     /// I/O errors writing the journal poison the environment (the record may be partly
@@ -691,6 +728,7 @@ impl<'env> WriteTxn<'env> {
             base_ptt: self.base.ptt.clone(),
             ptt,
             dirty_bytes,
+            durable: self.durability == crate::Durability::Immediate,
             finished: false,
         }))
     }

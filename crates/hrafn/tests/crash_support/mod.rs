@@ -6,7 +6,7 @@
 
 use hrafn::storage::Storage;
 use hrafn::storage::sim::{Damage, POWER_LOSS, SimStorage};
-use hrafn::{Environment, Error, Options, ReadTxn};
+use hrafn::{Durability, Environment, Error, Options, ReadTxn};
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -140,6 +140,9 @@ pub struct Plan {
     pub seed: u64,
     pub options: Options,
     pub steps: Vec<Step>,
+    /// Percent of commits that override the environment's durability with the other
+    /// kind (`WriteTxn::set_durability`), chosen per step from the seed.
+    pub durability_flip_percent: u64,
 }
 
 /// Options that make a run deterministic: the flusher thread never wakes on its own (only
@@ -264,6 +267,7 @@ impl Plan {
             seed,
             options: deterministic_options(),
             steps: out,
+            durability_flip_percent: 0,
         }
     }
 }
@@ -320,6 +324,8 @@ pub struct Oracle {
     pub models: BTreeMap<u64, Arc<Model>>,
     /// Last transaction whose commit returned `Ok`.
     pub acked: u64,
+    /// Last transaction whose commit returned `Ok` once durable (with every earlier one).
+    pub durable_acked: u64,
     /// Last transaction whose commit was called.
     pub submitted: u64,
 }
@@ -329,6 +335,7 @@ impl Default for Oracle {
         Oracle {
             models: BTreeMap::from([(0, Arc::new(Model::new()))]),
             acked: 0,
+            durable_acked: 0,
             submitted: 0,
         }
     }
@@ -419,6 +426,13 @@ fn segment(
             Step::Commit { mutations, after } => {
                 let mut wtx = env.begin_write()?;
                 let txn_id = wtx.txn_id();
+                if mix(plan.seed ^ *at as u64) % 100 < plan.durability_flip_percent {
+                    wtx.set_durability(match plan.options.durability {
+                        Durability::Immediate => Durability::None,
+                        Durability::None => Durability::Immediate,
+                    });
+                }
+                let durable = wtx.durability() == Durability::Immediate;
                 apply_mutations(&mut wtx, mutations)?;
                 run.oracle.models.insert(txn_id, Arc::clone(after));
                 run.oracle.submitted = txn_id;
@@ -426,6 +440,9 @@ fn segment(
                 let committed = env.stats().txn_id;
                 if committed == txn_id {
                     run.oracle.acked = txn_id;
+                    if durable {
+                        run.oracle.durable_acked = txn_id;
+                    }
                 } else {
                     // Nothing changed: no transaction id was used.
                     run.oracle.models.remove(&txn_id);
