@@ -25,7 +25,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// Name of the data file.
 pub const DATA_FILE: &str = "data.hrafn";
 
-/// When a commit is durable.
+/// When a commit is durable: the environment's default ([`Options::durability`]), which one
+/// transaction ([`crate::WriteTxn::set_durability`]) or batch
+/// ([`crate::WriteBatch::durability`]) may override.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Durability {
     /// A commit returns once its journal record is on disk (`O_DIRECT|O_DSYNC`).
