@@ -69,12 +69,33 @@ fn kind_words(kind: TreeKind) -> String {
 pub fn dump(env: &Environment, out: &mut impl Write) -> Result<(), Failure> {
     let rtx = env.begin_read()?;
     writeln!(out, "{DUMP_HEADER}")?;
+    // Counted in top-level entries and records (what the trees' headers know without a
+    // walk); entries of nested trees go by uncounted.
+    let mut total = 0;
+    for name in rtx.list_trees()? {
+        total += rtx.tree_header(&name)?.entry_count;
+    }
+    let bar =
+        crate::backup::progress_bar("dump [{bar:30}] {human_pos}/{human_len} entries ETA {eta}");
+    bar.set_length(total);
+    let mut depth = 0usize;
     // Primary-key order, so that the dump of a loaded dump is the same (ids are locations
     // and differ between databases).
     walk(
         &rtx,
         RecordOrder::PrimaryKey,
         |item| -> Result<(), Failure> {
+            match item {
+                Item::Tree { .. } | Item::Table { .. } => depth = 1,
+                Item::Nested { .. } => {
+                    bar.inc(u64::from(depth == 1));
+                    depth += 1;
+                }
+                Item::End => depth = depth.saturating_sub(1),
+                Item::Entry { .. } | Item::Fixed { .. } | Item::Record { .. } => {
+                    bar.inc(u64::from(depth == 1));
+                }
+            }
             match item {
                 Item::Tree { name, kind } => {
                     writeln!(out, "tree {} {}", hex(name.as_bytes()), kind_words(kind))?
@@ -98,7 +119,9 @@ pub fn dump(env: &Environment, out: &mut impl Write) -> Result<(), Failure> {
             }
             Ok(())
         },
-    )
+    )?;
+    bar.finish_and_clear();
+    Ok(())
 }
 
 /// Reads a dump and writes its content into `env` (trees that exist are added to), in

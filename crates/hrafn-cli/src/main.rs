@@ -13,6 +13,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use hrafn::btree::TreeKind;
 use hrafn::{Environment, Error, Options};
 use std::io::Write;
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -216,7 +217,13 @@ fn run(command: Command, out: &mut impl Write) -> Result<(), Failure> {
         Command::Stat { dir } => stat(&open(&dir)?, out),
         Command::Check { dir } => {
             let env = open(&dir)?;
-            let report = env.check()?;
+            let bar =
+                backup::progress_bar("check [{bar:30}] {human_pos}/{human_len} pages ETA {eta}");
+            let report = env.begin_read()?.check_with_progress(|checked, total| {
+                bar.set_length(total);
+                bar.set_position(checked);
+            })?;
+            bar.finish_and_clear();
             writeln!(
                 out,
                 "ok: {} trees ({} nested, {} embedded), {} entries, {} pages in use, {} free, \
@@ -279,7 +286,27 @@ fn run(command: Command, out: &mut impl Write) -> Result<(), Failure> {
         Command::Load { dir } => {
             let env = Environment::open(&dir, Options::default())
                 .map_err(|e| fail(3, format!("opening {}: {e}", dir.display())))?;
-            let loaded = dump::load(&env, std::io::stdin().lock())?;
+            let stdin = std::io::stdin();
+            // A bar by bytes when the dump comes from a file (its size is known).
+            let size_bytes = stdin
+                .as_fd()
+                .try_clone_to_owned()
+                .ok()
+                .and_then(|fd| std::fs::File::from(fd).metadata().ok())
+                .filter(std::fs::Metadata::is_file)
+                .map(|m| m.len());
+            let bar = backup::progress_bar(
+                "load [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} ETA {eta}",
+            );
+            match size_bytes {
+                Some(size) => bar.set_length(size),
+                None => bar.set_style(
+                    indicatif::ProgressStyle::with_template("load {bytes} {bytes_per_sec}")
+                        .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+                ),
+            }
+            let loaded = dump::load(&env, bar.wrap_read(stdin.lock()))?;
+            bar.finish_and_clear();
             eprintln!("loaded {loaded} entries and records");
             Ok(())
         }

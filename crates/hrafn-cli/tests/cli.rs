@@ -663,3 +663,53 @@ fn report_prints_every_structure_and_draws_the_page_map() {
     assert!(balanced_tags("<svg><g>").is_err());
     assert_eq!(balanced_tags("<svg><rect/><g><t>x</t></g></svg>"), Ok(4));
 }
+
+/// Long commands draw a progress bar on a terminal (here the pseudo-terminal of util-linux's
+/// `script`, where installed) and write nothing but their result when standard error is a
+/// pipe.
+#[test]
+fn progress_bars_on_a_terminal_only() {
+    let (dir, writer) = fixture();
+    drop(writer);
+    let d = dir.path().to_str().expect("utf-8 path");
+    for args in [vec!["check", d], vec!["dump", d], vec!["backup", d]] {
+        let mut args = args;
+        let out_dir = tempfile::tempdir().expect("tempdir");
+        let target = out_dir.path().join("b");
+        let target = target.to_str().expect("utf-8 path").to_owned();
+        if args[0] == "backup" {
+            args.push(&target);
+        }
+        let piped = hrafn(&args);
+        assert!(piped.status.success(), "{piped:?}");
+        assert!(
+            !stderr(&piped).contains('\u{1b}') && !stderr(&piped).contains('['),
+            "{args:?} drew on a pipe: {:?}",
+            stderr(&piped)
+        );
+        let _ = std::fs::remove_dir_all(&target);
+
+        let has_script = Command::new("script").arg("--version").output().is_ok();
+        if !has_script {
+            eprintln!("no `script` here: the terminal half of the test is skipped");
+            continue;
+        }
+        let log = out_dir.path().join("typescript");
+        let line = std::iter::once(env!("CARGO_BIN_EXE_hrafn").to_owned())
+            .chain(args.iter().map(|a| a.to_string()))
+            .map(|a| format!("'{a}'"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let run = Command::new("script")
+            .args(["-qec", &format!("{line} > /dev/null")])
+            .arg(&log)
+            .output()
+            .expect("run script");
+        assert!(run.status.success(), "{run:?}");
+        let drawn = std::fs::read_to_string(&log).expect("typescript");
+        assert!(
+            drawn.contains(&format!("{} [", args[0])),
+            "{args:?} drew no bar on a terminal: {drawn:?}"
+        );
+    }
+}

@@ -124,6 +124,46 @@ pub fn check<'a, S: PageSource<'a>>(src: S) -> Result<CheckReport> {
     check_observed(src, &mut Quiet)
 }
 
+/// [`check`], calling `progress(pages_checked, pages_total)` every few thousand pages and
+/// at the end; `pages_total` is the high-water mark (pages in use and free), so the count
+/// reaches it only when nothing is free.
+///
+/// # Errors
+/// As [`check`].
+pub fn check_with_progress<'a, S: PageSource<'a>>(
+    src: S,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<CheckReport> {
+    let total = Meta::decode(src.page(META_PAGE_NUMBER)?)?.next_page_number;
+    let mut observer = Progress {
+        checked: 0,
+        total,
+        progress,
+    };
+    let report = check_observed(src, &mut observer)?;
+    (observer.progress)(total, total);
+    Ok(report)
+}
+
+/// Counts pages for [`check_with_progress`].
+struct Progress<'p> {
+    checked: u64,
+    total: u64,
+    progress: &'p mut dyn FnMut(u64, u64),
+}
+
+impl Observer for Progress<'_> {
+    fn pages(&mut self, _owner: Owner, _first: u64, count: u64, _page: &[u8]) -> Result<()> {
+        const EVERY_PAGES: u64 = 4096;
+        let before = self.checked / EVERY_PAGES;
+        self.checked += count;
+        if self.checked / EVERY_PAGES != before {
+            (self.progress)(self.checked.min(self.total), self.total);
+        }
+        Ok(())
+    }
+}
+
 /// [`check`], telling `observer` what the walk meets.
 ///
 /// # Errors

@@ -161,6 +161,18 @@ impl<'env> ReadTxn<'env> {
     pub fn check(&self) -> Result<crate::check::CheckReport> {
         crate::check::check(&*self.state)
     }
+
+    /// [`ReadTxn::check`], calling `progress(pages_checked, pages_total)` as it goes (for a
+    /// progress bar: a large environment takes a while).
+    ///
+    /// # Errors
+    /// As [`ReadTxn::check`].
+    pub fn check_with_progress(
+        &self,
+        mut progress: impl FnMut(u64, u64),
+    ) -> Result<crate::check::CheckReport> {
+        crate::check::check_with_progress(&*self.state, &mut progress)
+    }
 }
 
 impl Drop for ReadTxn<'_> {
