@@ -44,6 +44,7 @@ pub(crate) fn backup(
     target: &Path,
     incremental: bool,
     chain: bool,
+    compacted: bool,
     out: &mut impl Write,
 ) -> Result<(), Failure> {
     let env = if incremental || chain {
@@ -61,6 +62,14 @@ pub(crate) fn backup(
     } else {
         open(dir)?
     };
+    if compacted {
+        let bar = crate::compact::progress_bar();
+        let manifest =
+            env.compacted_backup_with_progress(target, |p| crate::compact::show(&bar, p));
+        bar.finish_and_clear();
+        describe(out, &target.display().to_string(), &manifest?)?;
+        return Ok(());
+    }
     let dest = FileStorage::new(target)
         .map_err(|e| fail(3, format!("creating {}: {e}", target.display())))?;
     let kind = if incremental {

@@ -9,8 +9,8 @@
 
 use crate::{Failure, fail};
 use hrafn::storage::{FileStorage, Storage};
-use hrafn::{CompactReport, Environment, Error, Options};
-use indicatif::HumanBytes;
+use hrafn::{CompactProgress, CompactReport, Environment, Error, Options};
+use indicatif::{HumanBytes, ProgressBar};
 use std::io::Write;
 use std::path::Path;
 
@@ -34,23 +34,31 @@ pub fn compact(dir: &Path, into: Option<&Path>, out: &mut impl Write) -> Result<
     Ok(())
 }
 
+/// The bar of a compaction (by trees; the message counts entries and bytes).
+pub(crate) fn progress_bar() -> ProgressBar {
+    crate::backup::progress_bar("[{bar:30}] {pos}/{len} trees  {msg}")
+}
+
+/// Shows where a compaction is.
+pub(crate) fn show(bar: &ProgressBar, p: &CompactProgress<'_>) {
+    bar.set_length(p.trees_total);
+    bar.set_position(p.trees_done);
+    let tree = if p.tree.is_empty() {
+        String::new()
+    } else {
+        format!("  {}", p.tree)
+    };
+    bar.set_message(format!(
+        "{} entries, {}{tree}",
+        p.entries,
+        HumanBytes(p.data_bytes)
+    ));
+}
+
 /// Compacts `env` into `target`, with a progress bar when standard error is a terminal.
 fn copy(env: &Environment, target: &Path) -> Result<CompactReport, Failure> {
-    let bar = crate::backup::progress_bar("[{bar:30}] {pos}/{len} trees  {msg}");
-    let report = env.compact_to_with_progress(target, |p| {
-        bar.set_length(p.trees_total);
-        bar.set_position(p.trees_done);
-        let tree = if p.tree.is_empty() {
-            String::new()
-        } else {
-            format!("  {}", p.tree)
-        };
-        bar.set_message(format!(
-            "{} entries, {}{tree}",
-            p.entries,
-            HumanBytes(p.data_bytes)
-        ));
-    });
+    let bar = progress_bar();
+    let report = env.compact_to_with_progress(target, |p| show(&bar, p));
     bar.finish_and_clear();
     report.map_err(|e| {
         let Failure { code, message } = Failure::from(e);

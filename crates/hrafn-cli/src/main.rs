@@ -97,6 +97,10 @@ enum Command {
         /// A full backup that starts a chain: later `--incremental` backups continue it.
         #[arg(long, conflicts_with = "incremental")]
         chain: bool,
+        /// Copy only the live data (a logical copy, as `compact` makes): smaller after
+        /// many deletions; it starts no chain.
+        #[arg(long, conflicts_with_all = ["incremental", "chain"])]
+        compact: bool,
     },
     /// Lays a full backup and the incrementals after it, in order, into directory INTO
     /// (new or empty), replays them and checks the result.
@@ -315,7 +319,8 @@ fn run(command: Command, out: &mut impl Write) -> Result<(), Failure> {
             out: target,
             incremental,
             chain,
-        } => backup::backup(&dir, &target, incremental, chain, out),
+            compact,
+        } => backup::backup(&dir, &target, incremental, chain, compact, out),
         Command::Restore { into, backups } => backup::restore(&backups, &into, out),
         Command::Verify { backups, deep } => backup::verify(&backups, deep, out),
         Command::Scan {

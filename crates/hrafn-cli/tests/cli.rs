@@ -713,3 +713,26 @@ fn progress_bars_on_a_terminal_only() {
         );
     }
 }
+
+#[test]
+fn a_compacted_backup_verifies_and_restores() {
+    let (dir, writer) = fixture();
+    let d = dir.path().to_str().expect("utf-8 path");
+    let out = tempfile::tempdir().expect("tempdir");
+    let b = out.path().join("b");
+    let b = b.to_str().expect("utf-8 path");
+    // Read-only open: another process holds the environment for writing.
+    let backup = hrafn(&["backup", d, b, "--compact"]);
+    assert!(backup.status.success(), "{backup:?}");
+    assert!(stdout(&backup).contains("full"), "{}", stdout(&backup));
+    let verify = hrafn(&["verify", "--deep", b]);
+    assert!(verify.status.success(), "{verify:?}");
+    let r = out.path().join("r");
+    let r = r.to_str().expect("utf-8 path");
+    let restore = hrafn(&["restore", "--into", r, b]);
+    assert!(restore.status.success(), "{restore:?}");
+    drop(writer);
+    assert_eq!(stdout(&hrafn(&["dump", r])), stdout(&hrafn(&["dump", d])));
+    let refused = hrafn(&["backup", d, b, "--compact", "--incremental"]);
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+}

@@ -166,6 +166,79 @@ impl Environment {
         self.backup_into(&dest, BackupKind::Incremental, &mut |_, _| {})
     }
 
+    /// A full backup of the live data only: [`Environment::compact_to`] into `path`
+    /// (created if missing; it must be empty), then a manifest, so that [`verify`] and
+    /// [`restore`] take it as any full backup. Smaller than [`Environment::backup_to`]
+    /// when much was deleted, at the cost of a logical copy instead of a page copy. It
+    /// starts no chain: it is an environment of its own (its own id; transactions and
+    /// table record ids renumbered), so incremental backups never continue it. Use
+    /// [`Environment::compacted_backup_with_progress`] for a progress bar.
+    ///
+    /// # Errors
+    /// As [`Environment::compact_to`].
+    pub fn compacted_backup_to(&self, path: impl AsRef<Path>) -> Result<Manifest> {
+        self.compacted_backup_with_progress(path, |_| {})
+    }
+
+    /// [`Environment::compacted_backup_to`], calling `progress` as
+    /// [`Environment::compact_to_with_progress`] does.
+    ///
+    /// # Errors
+    /// As [`Environment::compact_to`].
+    pub fn compacted_backup_with_progress(
+        &self,
+        path: impl AsRef<Path>,
+        progress: impl FnMut(&crate::compact::CompactProgress<'_>),
+    ) -> Result<Manifest> {
+        let path = path.as_ref();
+        let shown = path.display().to_string();
+        let options = self.inner.options.clone().incremental_backups(false);
+        let report = self.compact_with_options(path, options, progress)?;
+        let dest = FileStorage::existing(path).map_err(io("opening the compacted copy"))?;
+        let header = crate::header::read_newest(&dest)?
+            .ok_or_else(|| invalid(&shown, "the compacted copy has no header"))?;
+        let mut names = vec![DATA_FILE.to_owned(), header.file_name().to_owned()];
+        if dest.exists("journal").map_err(io("listing the copy"))? {
+            let mut journals = dest.list("journal").map_err(io("listing the copy"))?;
+            journals.sort();
+            names.extend(journals.into_iter().map(|n| format!("journal/{n}")));
+        }
+        let mut files = Vec::with_capacity(names.len());
+        for name in names {
+            let file = dest
+                .open(&name, FileKind::Data, false)
+                .map_err(io(format!("opening the copy's {name}")))?;
+            let size_bytes = file.len().map_err(io(format!("sizing {name}")))?;
+            let checksum =
+                checksum_range(&*file, 0, size_bytes).map_err(io(format!("reading {name}")))?;
+            files.push(BackupFile {
+                name,
+                offset_bytes: 0,
+                size_bytes,
+                checksum,
+            });
+        }
+        let end = JournalPosition {
+            journal_number: header.journal_number,
+            offset_bytes: header.journal_offset_bytes,
+        };
+        let manifest = Manifest {
+            kind: BackupKind::Full,
+            env_id: header.env_id,
+            format_version: FORMAT_VERSION,
+            first_txn_id: 0,
+            last_txn_id: report.copy_txn_id,
+            start: end,
+            end,
+            chain_checksum: header.chain_checksum,
+            files,
+            // Only the snapshot's begin: no writer is held.
+            writer_held: Duration::ZERO,
+        };
+        write_manifest(&dest, &manifest)?;
+        Ok(manifest)
+    }
+
     /// [`Environment::backup_to`] or [`Environment::incremental_backup_to`] into any
     /// storage, calling `progress(bytes_done, bytes_total)` as it copies.
     ///

@@ -27,6 +27,8 @@ pub struct CompactReport {
     /// The transaction the copy is a snapshot of: it holds everything committed up to it
     /// and nothing later.
     pub txn_id: u64,
+    /// The copy's last transaction: the copy numbers its own transactions from 1.
+    pub copy_txn_id: u64,
     /// Bytes the source's files took on disk when the copy began: data file, journals,
     /// headers and the rest of its directory (the data file alone for a storage that is
     /// not a directory).
@@ -151,11 +153,22 @@ impl Environment {
     pub fn compact_to_with_progress(
         &self,
         path: impl AsRef<Path>,
+        progress: impl FnMut(&CompactProgress<'_>),
+    ) -> Result<CompactReport> {
+        let options = self.inner.options.clone();
+        self.compact_with_options(path.as_ref(), options, progress)
+    }
+
+    /// [`Environment::compact_to_with_progress`] creating the copy with `options` (a
+    /// compacted backup keeps no journals for incremental backups: it starts no chain).
+    pub(crate) fn compact_with_options(
+        &self,
+        path: &Path,
+        options: Options,
         mut progress: impl FnMut(&CompactProgress<'_>),
     ) -> Result<CompactReport> {
-        let path = path.as_ref();
         let existed = refuse_target(path)?;
-        let copied = self.copy_into(path, &mut progress);
+        let copied = self.copy_into(path, options, &mut progress);
         if copied.is_err() {
             // The copy is unusable: leave the target as it was found.
             let _ = if existed {
@@ -187,6 +200,7 @@ impl Environment {
     fn copy_into(
         &self,
         path: &Path,
+        options: Options,
         progress: &mut impl FnMut(&CompactProgress<'_>),
     ) -> Result<CompactReport> {
         let started = Instant::now();
@@ -195,16 +209,12 @@ impl Environment {
         // A write transaction pins every page committed before it began and not flushed
         // yet, so scratch drains only between transactions: the copy's transactions and
         // what waits in scratch stay well under the limit.
-        let scratch_limit = self.inner.options.scratch_limit_bytes;
+        let scratch_limit = options.scratch_limit_bytes;
         let options = Options {
             durability: Durability::None,
             journal_spare_files: 0,
-            flush_threshold_bytes: self
-                .inner
-                .options
-                .flush_threshold_bytes
-                .min(scratch_limit / 4),
-            ..self.inner.options.clone()
+            flush_threshold_bytes: options.flush_threshold_bytes.min(scratch_limit / 4),
+            ..options
         };
         let transaction_bytes = LOADER_TRANSACTION_BYTES.min(scratch_limit / 16);
         let target = Environment::open(path, options)?;
@@ -255,7 +265,8 @@ impl Environment {
         }
         drop(copy);
         target.flush_and_sync()?;
-        drop(target);
+        let copy_txn_id = target.stats().txn_id;
+        target.close()?;
         let bytes_after = FileStorage::existing(path)
             .and_then(|storage| storage.size_bytes())
             .map_err(|e| Error::io(format!("measuring {}", path.display()), e))?
@@ -267,6 +278,7 @@ impl Environment {
         progress(&at);
         Ok(CompactReport {
             txn_id: source.txn_id(),
+            copy_txn_id,
             bytes_before,
             bytes_after,
             trees: counts.trees,

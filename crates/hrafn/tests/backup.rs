@@ -569,3 +569,81 @@ fn a_chain_across_reopens_between_every_step() -> hrafn::Result<()> {
     );
     Ok(())
 }
+
+fn dir_size_bytes(dir: &Path) -> u64 {
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir).expect("read_dir").flatten() {
+        let meta = entry.metadata().expect("metadata");
+        total += if meta.is_dir() {
+            dir_size_bytes(&entry.path())
+        } else {
+            meta.len()
+        };
+    }
+    total
+}
+
+/// A compacted backup holds only live data, verifies and restores as a full backup does,
+/// and never starts a chain: an incremental of the source does not continue it.
+#[test]
+fn a_compacted_backup_is_smaller_restores_the_same_and_starts_no_chain() -> hrafn::Result<()> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let options = Options::default().incremental_backups(true);
+    let env = Environment::open(dir.path().join("db"), options)?;
+    let mut wtx = env.begin_write()?;
+    {
+        let mut tree = wtx.open_tree("t")?;
+        for i in 0..20_000u32 {
+            tree.insert(i.to_be_bytes(), [i as u8; 200])?;
+        }
+    }
+    wtx.commit()?;
+    let mut wtx = env.begin_write()?;
+    wtx.open_tree("t")?.retain(|k, _| k[3] == 0)?;
+    wtx.commit()?;
+    env.backup_to(dir.path().join("full"))?;
+    let compacted = env.compacted_backup_to(dir.path().join("compacted"))?;
+    assert_eq!(compacted.kind, BackupKind::Full);
+    let (full_bytes, compacted_bytes) = (
+        dir_size_bytes(&dir.path().join("full")),
+        dir_size_bytes(&dir.path().join("compacted")),
+    );
+    eprintln!("full backup {full_bytes} bytes, compacted backup {compacted_bytes} bytes");
+    assert!(
+        compacted_bytes * 10 < full_bytes,
+        "{compacted_bytes} vs {full_bytes}"
+    );
+    assert_eq!(backup::verify(dir.path().join("compacted"))?, {
+        let mut m = compacted.clone();
+        m.writer_held = std::time::Duration::ZERO;
+        m
+    });
+    backup::restore(&[dir.path().join("compacted")], dir.path().join("restored"))?;
+    let restored = Environment::open(dir.path().join("restored"), Options::default())?;
+    assert_eq!(contents(&restored)?, contents(&env)?);
+    assert_eq!(restored.begin_read()?.open_tree("t")?.len(), 79);
+    drop(restored);
+
+    // An incremental of the source continues the page backup, never the compacted one.
+    let mut wtx = env.begin_write()?;
+    wtx.open_tree("t")?.insert(b"later", b"x")?;
+    wtx.commit()?;
+    env.incremental_backup_to(dir.path().join("incremental"))?;
+    let refused = backup::restore(
+        &[dir.path().join("compacted"), dir.path().join("incremental")],
+        dir.path().join("mixed"),
+    );
+    assert!(
+        matches!(&refused, Err(Error::InvalidBackup { reason, .. }) if reason.contains("another environment")),
+        "{refused:?}"
+    );
+    backup::restore(
+        &[dir.path().join("full"), dir.path().join("incremental")],
+        dir.path().join("chained"),
+    )?;
+    // A compacted backup into a used directory is refused before anything is written.
+    let used = env.compacted_backup_to(dir.path().join("full"));
+    assert!(matches!(used, Err(Error::InvalidArgument(_))), "{used:?}");
+    backup::verify(dir.path().join("full"))?;
+    Ok(())
+}
