@@ -275,11 +275,13 @@ pub struct Stats {
     pub readers_active: usize,
     /// Commits that wrote a journal record.
     pub commits: u64,
-    /// Journal records written, bytes written to journals (padding included), and
-    /// uncompressed diff bytes before compression.
+    /// Journal records written, bytes written to journals (headers and padding
+    /// included), uncompressed diff bytes, and those diff bytes as stored (compressed
+    /// where that paid).
     pub journal_writes: u64,
     pub journal_bytes_written: u64,
     pub journal_payload_bytes: u64,
+    pub journal_stored_bytes: u64,
     /// Page bytes changed by commits (before diffing and compression).
     pub dirty_page_bytes: u64,
     /// Flush passes that wrote pages, pages written, syncs done.
@@ -358,6 +360,7 @@ pub(crate) struct Counters {
     pub journal_writes: AtomicU64,
     pub journal_bytes_written: AtomicU64,
     pub journal_payload_bytes: AtomicU64,
+    pub journal_stored_bytes: AtomicU64,
     pub dirty_page_bytes: AtomicU64,
     pub flushes: AtomicU64,
     pub pages_flushed: AtomicU64,
@@ -957,6 +960,7 @@ impl Environment {
             journal_writes: c.journal_writes.load(Ordering::Relaxed),
             journal_bytes_written: c.journal_bytes_written.load(Ordering::Relaxed),
             journal_payload_bytes: c.journal_payload_bytes.load(Ordering::Relaxed),
+            journal_stored_bytes: c.journal_stored_bytes.load(Ordering::Relaxed),
             dirty_page_bytes: c.dirty_page_bytes.load(Ordering::Relaxed),
             flushes: c.flushes.load(Ordering::Relaxed),
             pages_flushed: c.pages_flushed.load(Ordering::Relaxed),

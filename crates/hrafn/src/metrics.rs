@@ -113,7 +113,7 @@ enum Kind {
 /// metric, every name prefixed `hrafn_`.
 pub(crate) fn render(stats: &Stats, latencies: &Latencies) -> String {
     use Kind::{Counter, Gauge};
-    let metrics: [(&str, Kind, &str, u64); 27] = [
+    let metrics: [(&str, Kind, &str, u64); 28] = [
         (
             "txn_id",
             Gauge,
@@ -149,6 +149,12 @@ pub(crate) fn render(stats: &Stats, latencies: &Latencies) -> String {
             Counter,
             "Page diff bytes before compression.",
             stats.journal_payload_bytes,
+        ),
+        (
+            "journal_stored_bytes_total",
+            Counter,
+            "Page diff bytes as stored in records (after compression where it paid).",
+            stats.journal_stored_bytes,
         ),
         (
             "dirty_page_bytes_total",
@@ -283,15 +289,15 @@ pub(crate) fn render(stats: &Stats, latencies: &Latencies) -> String {
         let _ = writeln!(out, "# TYPE hrafn_{name} {kind}");
         let _ = writeln!(out, "hrafn_{name} {value}");
     }
-    let ratio = if stats.journal_payload_bytes == 0 {
+    let ratio = if stats.journal_stored_bytes == 0 {
         1.0
     } else {
-        stats.journal_bytes_written as f64 / stats.journal_payload_bytes as f64
+        stats.journal_payload_bytes as f64 / stats.journal_stored_bytes as f64
     };
     let _ = writeln!(
         out,
-        "# HELP hrafn_journal_compression_ratio Journal bytes written per page diff byte \
-         (compression and padding).\n# TYPE hrafn_journal_compression_ratio gauge\n\
+        "# HELP hrafn_journal_compression_ratio Page diff bytes per byte stored in journal \
+         records (above 1: compression saves).\n# TYPE hrafn_journal_compression_ratio gauge\n\
          hrafn_journal_compression_ratio {ratio:.4}"
     );
     for (name, help, histogram) in latencies.all() {

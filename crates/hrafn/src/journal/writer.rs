@@ -216,6 +216,8 @@ pub struct JournalWriter {
     pub bytes_written: u64,
     /// Uncompressed payload bytes (diffs) submitted.
     pub payload_bytes: u64,
+    /// Payload bytes as stored (after compression; no header, no padding).
+    pub stored_bytes: u64,
 }
 
 impl JournalWriter {
@@ -261,6 +263,7 @@ impl JournalWriter {
             aligned: Vec::new(),
             bytes_written: 0,
             payload_bytes: 0,
+            stored_bytes: 0,
         })
     }
 
@@ -404,6 +407,7 @@ impl JournalWriter {
         self.last_txn_id = header.txn_id;
         self.bytes_written += record_size as u64;
         self.payload_bytes += payload_len as u64;
+        self.stored_bytes += header.payload_size_bytes;
         let end = RecordEnd {
             txn_id: header.txn_id,
             journal_number: self.journal_number,

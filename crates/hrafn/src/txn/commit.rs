@@ -110,7 +110,11 @@ impl Prepared<'_> {
         }
         env.check_poison()?;
         let journal = guard.as_mut().expect("checked in the loop");
-        let (bytes_before, number_before) = (journal.bytes_written, journal.journal_number());
+        let (bytes_before, stored_before, number_before) = (
+            journal.bytes_written,
+            journal.stored_bytes,
+            journal.journal_number(),
+        );
         let payload_bytes = self.record.payload().len() as u64;
         let writing = std::time::Instant::now();
         let appended = journal.append(
@@ -140,6 +144,8 @@ impl Prepared<'_> {
             .fetch_add(journal.bytes_written - bytes_before, Ordering::Relaxed);
         c.journal_payload_bytes
             .fetch_add(payload_bytes, Ordering::Relaxed);
+        c.journal_stored_bytes
+            .fetch_add(journal.stored_bytes - stored_before, Ordering::Relaxed);
         c.dirty_page_bytes
             .fetch_add(self.dirty_bytes, Ordering::Relaxed);
 

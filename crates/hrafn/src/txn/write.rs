@@ -736,6 +736,19 @@ impl<'env> WriteTxn<'env> {
     /// Discards every change (the same as dropping the transaction).
     pub fn abort(self) {}
 
+    /// Moves the base to the published state when that is the same commit with fewer
+    /// versions in scratch (a flush wrote them to the data file): the old base would keep
+    /// those copies alive for as long as this transaction runs, so a transaction waiting
+    /// for scratch room would wait on itself. Safe under `&mut self`: no page of the old
+    /// base is borrowed, and both states read the same bytes for every page.
+    fn rebase_on_flushed(&mut self) {
+        let published = self.env.state.load_full();
+        if published.txn_id == self.base.txn_id && !Arc::ptr_eq(&published, &self.base) {
+            debug_assert!(published.ptt.len() <= self.base.ptt.len());
+            self.base = published;
+        }
+    }
+
     /// Waits for scratch room for `bytes` more, then fails with [`Error::ScratchFull`]; a
     /// transaction that alone outgrows the limit fails at once with
     /// [`Error::TransactionTooLarge`], since no flush can make room for it.
@@ -765,6 +778,7 @@ impl<'env> WriteTxn<'env> {
             self.env.flusher.kick();
             std::thread::sleep(Duration::from_millis(5));
             waited_ms += 5;
+            self.rebase_on_flushed();
         }
     }
 }
