@@ -39,6 +39,8 @@ use crate::txn::state::State;
 pub type TreeRange<'t> = crate::btree::Range<'t, &'t State>;
 /// Entries of a B+tree in a write transaction ([`crate::TreeMut::range`], `prefix`).
 pub type TreeRangeMut<'s> = crate::btree::Range<'s, &'s WriteTxn<'s>>;
+/// A cursor over a B+tree in a read transaction ([`crate::Tree::cursor`]).
+pub type TreeCursor<'t> = crate::btree::cursor::TreeCursor<'t, &'t State>;
 /// Entries of a fixed-size tree in a read transaction ([`crate::FixedTree::range`]).
 pub type FixedRange<'t> = crate::fixed::FixedRange<'t, &'t State>;
 /// Entries of a fixed-size tree in a write transaction ([`crate::FixedTreeMut::range`]).

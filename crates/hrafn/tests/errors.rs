@@ -57,10 +57,19 @@ fn a_transaction_larger_than_scratch_fails_at_once() {
         "waited {:?} for room that can never come",
         started.elapsed()
     );
-    drop(wtx); // abort frees the scratch
+    // The failing insert may have changed pages (a split half done): the transaction
+    // cannot commit, even after later operations succeed.
+    let refused = wtx
+        .commit()
+        .expect_err("a transaction that failed mid-operation");
+    assert!(
+        matches!(&refused, Error::TransactionFailed { cause } if cause.contains("scratch")),
+        "{refused:?}"
+    );
     let mut wtx = env.begin_write().expect("write after abort");
     fill(&mut wtx, 1, 10).expect("a small one fits");
     wtx.commit().expect("commit");
+    env.check().expect("check");
 }
 
 #[test]

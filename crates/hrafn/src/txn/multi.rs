@@ -78,8 +78,7 @@ impl<'t> MultiTree<'t> {
         multi::count(self.src, self.header.root_page, key.as_ref())
     }
 
-    /// The keys in `range`, in order, each with its stored set (use [`MultiTree::values`]
-    /// to read a set).
+    /// The keys in `range`, in order (use [`MultiTree::values`] to read a key's set).
     ///
     /// # Errors
     /// Corruption met while positioning.

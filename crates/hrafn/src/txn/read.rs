@@ -345,7 +345,7 @@ impl<'t> Tree<'t> {
     }
 
     /// A cursor over this tree: seek, first, last, next, prev, stepping within leaves.
-    pub fn cursor(&self) -> btree::cursor::TreeCursor<'t, &'t State> {
+    pub fn cursor(&self) -> crate::iter::TreeCursor<'t> {
         btree::cursor::TreeCursor::new(self.src, self.header.root_page)
     }
 

@@ -489,6 +489,11 @@ impl<'env> TableMut<'_, 'env> {
     /// Replaces the record `id`; returns its id afterwards, which differs when it had to
     /// move (every index follows). `None` if `id` is not a record of this table.
     ///
+    /// Ids are locations: any insert, update or delete may also move *other* records (a
+    /// sparse page is emptied, a reuse candidate compacted), their indexes following in
+    /// the same transaction. Find a record again by its primary key or an index, not by an
+    /// id kept across write transactions.
+    ///
     /// # Errors
     /// As [`TableMut::insert`].
     pub fn update(&mut self, id: u64, fields: &[&[u8]]) -> Result<Option<u64>> {

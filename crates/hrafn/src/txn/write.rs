@@ -756,10 +756,12 @@ impl<'env> WriteTxn<'env> {
         let limit = self.env.options.scratch_limit_bytes;
         let own_bytes = self.dirty_size_bytes + bytes;
         if own_bytes > limit {
-            return Err(Error::TransactionTooLarge {
+            // Met in the middle of an operation that may have changed pages already (a
+            // split half done): the transaction can no longer commit.
+            return self.fail_on_error(Err(Error::TransactionTooLarge {
                 size_bytes: own_bytes,
                 scratch_limit_bytes: limit,
-            });
+            }));
         }
         let mut waited_ms = 0;
         loop {
@@ -769,11 +771,11 @@ impl<'env> WriteTxn<'env> {
                 return Ok(());
             }
             if waited_ms >= self.env.options.scratch_wait_ms {
-                return Err(Error::ScratchFull {
+                return self.fail_on_error(Err(Error::ScratchFull {
                     used_bytes: used,
                     limit_bytes: limit,
                     oldest_reader_age_ms: self.env.readers.oldest_reader().map(|r| r.age_ms),
-                });
+                }));
             }
             self.env.flusher.kick();
             std::thread::sleep(Duration::from_millis(5));
