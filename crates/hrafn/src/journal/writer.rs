@@ -531,7 +531,10 @@ fn prepare_file(
         .open(&name, kind, true)
         .map_err(|e| io("opening", e))?;
     let len = file.len().map_err(|e| io("sizing", e))?;
-    if len < size_bytes {
+    // Buffered records gain nothing from written blocks (no O_DIRECT write needs its
+    // extent converted), and a record is durable only once a sync covers it, which makes
+    // the file's length durable too: the file simply grows as records are appended.
+    if len < size_bytes && kind == FileKind::JournalDurable {
         let standard = size_bytes <= standard_size_bytes;
         extend_file(storage, &name, len, size_bytes, standard).map_err(|e| io("preparing", e))?;
         if standard {
