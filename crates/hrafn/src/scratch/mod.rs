@@ -21,13 +21,31 @@ use spill::ScratchFile;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Bytes of scratch in use, shared by every buffer of one environment.
-#[derive(Debug, Default)]
+/// Single-page buffers kept for reuse, at most this many (2 MiB): a write transaction
+/// copies every page it touches, and a freed buffer handed straight to the next copy costs
+/// neither the allocator nor fresh memory's page faults.
+const POOLED_PAGES_MAX: usize = 256;
+
+/// Bytes of scratch in use, shared by every buffer of one environment, and the pool of
+/// freed single-page buffers.
+#[derive(Default)]
 pub struct ScratchUsage {
     used_bytes: AtomicU64,
     peak_bytes: AtomicU64,
     memory_bytes: AtomicU64,
     file_count: AtomicU64,
+    pool: parking_lot::Mutex<Vec<Box<[u8]>>>,
+}
+
+impl std::fmt::Debug for ScratchUsage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScratchUsage")
+            .field("used_bytes", &self.used_bytes())
+            .field("memory_bytes", &self.memory_bytes())
+            .field("file_count", &self.file_count())
+            .field("pooled_pages", &self.pool.lock().len())
+            .finish()
+    }
 }
 
 impl ScratchUsage {
@@ -56,6 +74,20 @@ impl ScratchUsage {
         self.peak_bytes.fetch_max(now, Ordering::Relaxed);
         if in_memory {
             self.memory_bytes.fetch_add(bytes, Ordering::Relaxed);
+        }
+    }
+
+    /// A single-page buffer from the pool, with stale contents.
+    fn pooled_page(&self) -> Option<Box<[u8]>> {
+        self.pool.lock().pop()
+    }
+
+    /// Keeps a freed single-page buffer for reuse, if the pool has room.
+    fn recycle(&self, page: Box<[u8]>) {
+        debug_assert_eq!(page.len(), PAGE_SIZE_BYTES);
+        let mut pool = self.pool.lock();
+        if pool.len() < POOLED_PAGES_MAX {
+            pool.push(page);
         }
     }
 
@@ -93,8 +125,15 @@ impl PageBuf {
         assert!(page_count >= 1, "a page buffer holds at least one page");
         let len = page_count * PAGE_SIZE_BYTES;
         usage.add(len as u64, true);
+        let bytes = match (page_count, usage.pooled_page()) {
+            (1, Some(mut page)) => {
+                page.fill(0);
+                page
+            }
+            _ => vec![0u8; len].into_boxed_slice(),
+        };
         PageBuf {
-            backing: Backing::Memory(vec![0u8; len].into_boxed_slice()),
+            backing: Backing::Memory(bytes),
             usage: Arc::clone(usage),
         }
     }
@@ -106,8 +145,18 @@ impl PageBuf {
             "page copies are whole pages"
         );
         usage.add(bytes.len() as u64, true);
+        let copy = match (bytes.len() == PAGE_SIZE_BYTES)
+            .then(|| usage.pooled_page())
+            .flatten()
+        {
+            Some(mut page) => {
+                page.copy_from_slice(bytes);
+                page
+            }
+            None => bytes.into(),
+        };
         PageBuf {
-            backing: Backing::Memory(bytes.into()),
+            backing: Backing::Memory(copy),
             usage: Arc::clone(usage),
         }
     }
@@ -168,6 +217,11 @@ impl Drop for PageBuf {
     fn drop(&mut self) {
         let len = self.bytes().len() as u64;
         self.usage.sub(len, self.is_in_memory());
+        if let Backing::Memory(bytes) = &mut self.backing
+            && bytes.len() == PAGE_SIZE_BYTES
+        {
+            self.usage.recycle(std::mem::take(bytes));
+        }
     }
 }
 
