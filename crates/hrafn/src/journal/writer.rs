@@ -211,6 +211,7 @@ pub struct JournalWriter {
     prev_checksum: u64,
     last_txn_id: u64,
     compressed: Vec<u8>,
+    backoff: CompressionBackoff,
     aligned: Vec<u8>,
     /// Bytes written to journals (records, padding included).
     pub bytes_written: u64,
@@ -260,6 +261,7 @@ impl JournalWriter {
             prev_checksum,
             last_txn_id,
             compressed: Vec::new(),
+            backoff: CompressionBackoff::default(),
             aligned: Vec::new(),
             bytes_written: 0,
             payload_bytes: 0,
@@ -316,14 +318,17 @@ impl JournalWriter {
         let payload = record.payload();
         let payload_len = payload.len();
         // LZ4 when it pays; incompressible payloads (random values) are stored raw. A large
-        // payload is probed first so that incompressible data is not compressed in vain.
-        let compress = worth_compressing(payload) && {
+        // payload is probed first so that incompressible data is not compressed in vain,
+        // and after records that compressed poorly the next few are not tried (see
+        // `CompressionBackoff`).
+        let compress = worth_compressing(payload) && self.backoff.try_now() && {
             let max = lz4_flex::block::get_maximum_output_size(payload.len());
             self.compressed.resize(max, 0);
             let n = lz4_flex::block::compress_into(payload, &mut self.compressed).map_err(|e| {
                 Error::InvalidArgument(format!("compressing a journal record: {e}"))
             })?;
             self.compressed.truncate(n);
+            self.backoff.record(payload.len(), n);
             // Only a saved 4 KiB block saves write time; otherwise replay would just pay
             // for decompression.
             record_size_for(n) < record_size_for(payload.len())
@@ -470,6 +475,41 @@ impl JournalWriter {
     }
 }
 
+/// Skips compressing records while recent ones compressed poorly. Compression costs about
+/// as much time as writing the bytes it saves unless it removes a quarter of them (see
+/// [`worth_compressing`]); diffs of random values save about a tenth. After a record that
+/// saved less than a quarter, the next 1, 2, 4 … up to 64 records are stored raw, and the
+/// next one is tried again: a workload that turns compressible is noticed within 64
+/// records, and one that stays incompressible pays for one attempt in 65.
+#[derive(Debug, Default)]
+struct CompressionBackoff {
+    skips_left: u32,
+    next_skips: u32,
+}
+
+impl CompressionBackoff {
+    const SKIPS_MAX: u32 = 64;
+
+    /// Whether to try compressing this record (counts a skipped one).
+    fn try_now(&mut self) -> bool {
+        if self.skips_left == 0 {
+            return true;
+        }
+        self.skips_left -= 1;
+        false
+    }
+
+    /// Learns from an attempt that turned `payload_bytes` into `compressed_bytes`.
+    fn record(&mut self, payload_bytes: usize, compressed_bytes: usize) {
+        if compressed_bytes <= payload_bytes - payload_bytes / 4 {
+            self.next_skips = 0;
+        } else {
+            self.next_skips = (self.next_skips * 2).clamp(1, Self::SKIPS_MAX);
+            self.skips_left = self.next_skips;
+        }
+    }
+}
+
 /// Write buffers larger than this are released after use.
 const RETAINED_BUFFER_BYTES: usize = 4 << 20;
 
@@ -575,6 +615,31 @@ pub(crate) fn extend_file(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn compression_backs_off_while_records_compress_poorly_and_recovers() {
+        let mut b = CompressionBackoff::default();
+        let mut tried = 0;
+        for _ in 0..1_000 {
+            if b.try_now() {
+                tried += 1;
+                b.record(40_000, 36_000); // saves a tenth
+            }
+        }
+        assert!((15..=25).contains(&tried), "{tried} attempts in 1,000 poor records");
+        // Compressible again: noticed within 65 records, then tried every time.
+        let mut waited = 0;
+        while !b.try_now() {
+            waited += 1;
+        }
+        assert!(waited <= CompressionBackoff::SKIPS_MAX, "{waited}");
+        b.record(40_000, 10_000);
+        assert!((0..100).all(|_| {
+            let now = b.try_now();
+            b.record(40_000, 10_000);
+            now
+        }));
+    }
 
     #[test]
     fn names_roundtrip() {
