@@ -395,7 +395,7 @@ fn write_full(
     let file = dest
         .open(DATA_FILE, FileKind::Data, true)
         .map_err(io("creating the backup's data file"))?;
-    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    let mut hasher = crate::checksum::Xxh3::new();
     let mut chunk = Vec::with_capacity(COPY_CHUNK_BYTES);
     let mut written = 0u64;
     for page_number in 0..page_count {
@@ -458,7 +458,7 @@ fn write_full(
                 name: header.file_name().to_owned(),
                 offset_bytes: 0,
                 size_bytes: header_bytes.len() as u64,
-                checksum: xxhash_rust::xxh3::xxh3_64(&header_bytes),
+                checksum: crate::checksum::xxh3_64(&header_bytes),
             },
         ],
         writer_held: Duration::ZERO,
@@ -560,7 +560,7 @@ fn copy_range(
     to: u64,
     progress: &mut dyn FnMut(u64),
 ) -> Result<u64> {
-    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    let mut hasher = crate::checksum::Xxh3::new();
     let mut buf = vec![0u8; COPY_CHUNK_BYTES];
     let mut at = from;
     while at < to {
@@ -576,7 +576,7 @@ fn copy_range(
 
 /// Checksums a byte range of `file` without copying it.
 fn checksum_range(file: &dyn StorageFile, from: u64, to: u64) -> std::io::Result<u64> {
-    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    let mut hasher = crate::checksum::Xxh3::new();
     let mut buf = vec![0u8; COPY_CHUNK_BYTES];
     let mut at = from;
     while at < to {
@@ -621,7 +621,7 @@ impl Manifest {
                 f.name, f.offset_bytes, f.size_bytes, f.checksum
             ));
         }
-        let checksum = xxhash_rust::xxh3::xxh3_64(out.as_bytes());
+        let checksum = crate::checksum::xxh3_64(out.as_bytes());
         out.push_str(&format!("checksum {checksum:016x}\n"));
         out
     }
@@ -645,7 +645,7 @@ impl Manifest {
             .filter(|s| s.len() == 16 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
             .and_then(|s| u64::from_str_radix(s, 16).ok())
             .ok_or_else(|| bad("unreadable checksum line"))?;
-        if xxhash_rust::xxh3::xxh3_64(body.as_bytes()) != stored {
+        if crate::checksum::xxh3_64(body.as_bytes()) != stored {
             return Err(bad("checksum mismatch"));
         }
         let mut lines = body.lines();

@@ -134,7 +134,7 @@ impl Header {
             o::BACKUP_JOURNAL_OFFSET,
             self.backup.journal_offset_bytes,
         );
-        let checksum = xxhash_rust::xxh3::xxh3_64(&out[..o::CHECKSUM]);
+        let checksum = crate::checksum::xxh3_64(&out[..o::CHECKSUM]);
         put_u64(&mut out, o::CHECKSUM, checksum);
         out
     }
@@ -160,7 +160,7 @@ impl Header {
         if bytes[o::MAGIC..o::MAGIC + 8] != HEADER_MAGIC {
             return Err(bad("no header magic"));
         }
-        if xxhash_rust::xxh3::xxh3_64(&bytes[..o::CHECKSUM]) != get_u64(bytes, o::CHECKSUM) {
+        if crate::checksum::xxh3_64(&bytes[..o::CHECKSUM]) != get_u64(bytes, o::CHECKSUM) {
             return Err(bad("header checksum mismatch"));
         }
         let version = get_u32(bytes, o::VERSION);
@@ -318,7 +318,7 @@ mod tests {
         for version in 0..FORMAT_VERSION + 2 {
             let mut bytes = h.encode();
             put_u32(&mut bytes, offsets::VERSION, version);
-            let checksum = xxhash_rust::xxh3::xxh3_64(&bytes[..offsets::CHECKSUM]);
+            let checksum = crate::checksum::xxh3_64(&bytes[..offsets::CHECKSUM]);
             put_u64(&mut bytes, offsets::CHECKSUM, checksum);
             let decoded = Header::decode(&bytes, "header.a");
             if (FORMAT_VERSION_OLDEST..=FORMAT_VERSION).contains(&version) {

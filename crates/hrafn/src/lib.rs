@@ -53,6 +53,7 @@ internal_modules!(freespace, header, journal, meta, page, scratch);
 pub mod backup;
 pub mod btree;
 pub mod check;
+mod checksum;
 pub mod compact;
 mod env;
 pub mod error;

@@ -90,7 +90,7 @@ pub fn lz4_decompressed_size_max(compressed_size_bytes: u64) -> u64 {
 
 /// Checksum of a stored payload.
 pub fn payload_checksum(payload: &[u8], txn_id: u64) -> u64 {
-    xxhash_rust::xxh3::xxh3_64_with_seed(payload, txn_id)
+    crate::checksum::xxh3_64_with_seed(payload, txn_id)
 }
 
 impl RecordHeader {
@@ -112,7 +112,7 @@ impl RecordHeader {
         put_u64(out, o::ROOT_PAGE, self.root_page);
         put_u64(out, o::TIMESTAMP_MS, self.timestamp_ms);
         put_u64(out, o::PAYLOAD_CHECKSUM, self.payload_checksum);
-        self.checksum = xxhash_rust::xxh3::xxh3_64(&out[..o::HEADER_CHECKSUM]);
+        self.checksum = crate::checksum::xxh3_64(&out[..o::HEADER_CHECKSUM]);
         put_u64(out, o::HEADER_CHECKSUM, self.checksum);
         self.checksum
     }
@@ -132,7 +132,7 @@ impl RecordHeader {
             return Err(bad("no record magic"));
         }
         let checksum = get_u64(bytes, o::HEADER_CHECKSUM);
-        if xxhash_rust::xxh3::xxh3_64(&bytes[..o::HEADER_CHECKSUM]) != checksum {
+        if crate::checksum::xxh3_64(&bytes[..o::HEADER_CHECKSUM]) != checksum {
             return Err(bad("record header checksum mismatch"));
         }
         if get_u32(bytes, o::VERSION) != RECORD_VERSION {

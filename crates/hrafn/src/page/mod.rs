@@ -152,7 +152,7 @@ pub fn span_pages(bytes: &[u8], page_number: u64) -> Result<u64> {
 /// with the page number so a page written to the wrong place fails its check.
 #[inline]
 pub fn compute_checksum(bytes: &[u8], page_number: u64) -> u64 {
-    xxhash_rust::xxh3::xxh3_64_with_seed(&bytes[OFFSET_CHECKSUM + 8..], page_number)
+    crate::checksum::xxh3_64_with_seed(&bytes[OFFSET_CHECKSUM + 8..], page_number)
 }
 
 /// Stores the checksum of a page run into its header.

@@ -185,7 +185,7 @@ impl<'env> WriteTxn<'env> {
         // The tag tells this table's record pages from every other's, a table dropped and
         // made again under the same name in one transaction included: the root page is
         // one no live tree holds.
-        let tag = xxhash_rust::xxh3::xxh3_64_with_seed(
+        let tag = crate::checksum::xxh3_64_with_seed(
             name.as_bytes(),
             self.txn_id ^ header.root_page.rotate_left(32),
         );
