@@ -443,24 +443,30 @@ fn read_parallel(
             .iter()
             .map(|ids| {
                 let barrier = &barrier;
-                s.spawn(move || -> Result<()> {
+                s.spawn(move || -> Result<Instant> {
                     barrier.wait();
                     engine.read(&mut |r| {
                         for &i in ids {
                             check_len(r.get(&decimal_key(i))?, i)?;
                         }
                         Ok(())
-                    })
+                    })?;
+                    Ok(Instant::now())
                 })
             })
             .collect();
-        barrier.wait();
+        // The clock starts before this thread reaches the barrier, so before any reader can
+        // pass it, and stops when the last reader ends.
         let start = Instant::now();
+        barrier.wait();
+        let mut end = start;
         for h in handles {
-            h.join()
+            let done = h
+                .join()
                 .map_err(|_| anyhow::anyhow!("reader thread panicked"))??;
+            end = end.max(done);
         }
-        Ok(start.elapsed())
+        Ok(end - start)
     })?;
     let mut r = BenchResult::measured(spec.name, name, cfg.scale, n, "reads", elapsed);
     r.note = Some(format!(
@@ -570,7 +576,7 @@ fn concurrent_writers(spec: &Spec, name: &str, cfg: &Config, dir: &Path) -> Resu
         let handles: Vec<_> = (0..WRITER_THREADS)
             .map(|t| {
                 let barrier = &barrier;
-                s.spawn(move || -> Result<Vec<Duration>> {
+                s.spawn(move || -> Result<(Vec<Duration>, Instant)> {
                     let mut lat = Vec::with_capacity(per_thread as usize);
                     barrier.wait();
                     for j in 0..per_thread {
@@ -580,20 +586,24 @@ fn concurrent_writers(spec: &Spec, name: &str, cfg: &Config, dir: &Path) -> Resu
                         engine_ref.write_concurrent(kv)?;
                         lat.push(t0.elapsed());
                     }
-                    Ok(lat)
+                    Ok((lat, Instant::now()))
                 })
             })
             .collect();
-        barrier.wait();
+        // As in read_parallel: the clock starts before any writer can pass the barrier and
+        // stops when the last writer ends.
         let start = Instant::now();
+        barrier.wait();
+        let mut end = start;
         let mut all = Vec::new();
         for h in handles {
-            all.extend(
-                h.join()
-                    .map_err(|_| anyhow::anyhow!("writer thread panicked"))??,
-            );
+            let (lat, done) = h
+                .join()
+                .map_err(|_| anyhow::anyhow!("writer thread panicked"))??;
+            all.extend(lat);
+            end = end.max(done);
         }
-        Ok((start.elapsed(), all))
+        Ok((end - start, all))
     })?;
     let stats = engine.commit_stats();
     drop(engine);
