@@ -220,6 +220,16 @@ impl Engine for Hrafn {
         })
     }
 
+    fn journal_counters(&self) -> Option<super::JournalCounters> {
+        let stats = self.env.stats();
+        Some(super::JournalCounters {
+            commits: stats.commits,
+            journal_bytes_written: stats.journal_bytes_written,
+            journal_payload_bytes: stats.journal_payload_bytes,
+            dirty_page_bytes: stats.dirty_page_bytes,
+        })
+    }
+
     fn concurrent_write_path(&self) -> &'static str {
         if cfg!(feature = "hrafn-submit") {
             "Environment::submit (merged writes, returns when durable)"

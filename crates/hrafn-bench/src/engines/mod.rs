@@ -43,6 +43,11 @@ pub trait Engine: Send + Sync {
         None
     }
 
+    /// The engine's own journal counters, for engines that report them (Hrafn).
+    fn journal_counters(&self) -> Option<JournalCounters> {
+        None
+    }
+
     /// Runs `f` inside one read transaction (a consistent snapshot).
     fn read(&self, f: &mut dyn FnMut(&dyn Reader) -> Result<()>) -> Result<()>;
 
@@ -73,6 +78,64 @@ pub trait Engine: Send + Sync {
         let _ = ids;
         bail!("the table rows are not written for this engine")
     }
+}
+
+/// Cumulative counters of an engine's journal since it was opened (Hrafn: from
+/// `Environment::stats()`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JournalCounters {
+    /// Commits that wrote a journal record (`Stats::commits`).
+    pub commits: u64,
+    /// Bytes written to journals, record headers and padding included
+    /// (`Stats::journal_bytes_written`).
+    pub journal_bytes_written: u64,
+    /// Page diff bytes before compression (`Stats::journal_payload_bytes`).
+    pub journal_payload_bytes: u64,
+    /// Whole pages changed by commits, in bytes, before diffing (`Stats::dirty_page_bytes`).
+    pub dirty_page_bytes: u64,
+}
+
+/// Files of an engine's directory that show how it keeps up over time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FileSample {
+    /// Hrafn: files in `journal/`; RocksDB: WAL files (`*.log`); `None` for the others.
+    pub journal_files: Option<u64>,
+    /// Hrafn: `data.hrafn`; LMDB: `data.mdb`; redb: `bench.redb`; `None` for RocksDB.
+    pub data_file_bytes: Option<u64>,
+    /// All files in the directory.
+    pub disk_bytes: u64,
+}
+
+/// Looks at engine `name`'s directory `dir` (see [`FileSample`]).
+pub fn file_sample(name: &str, dir: &Path) -> Result<FileSample> {
+    let count = |dir: &Path, keep: &dyn Fn(&str) -> bool| -> Result<u64> {
+        let mut n = 0;
+        if dir.exists() {
+            for entry in std::fs::read_dir(dir)? {
+                let entry = entry?;
+                if entry.file_type()?.is_file() && keep(&entry.file_name().to_string_lossy()) {
+                    n += 1;
+                }
+            }
+        }
+        Ok(n)
+    };
+    let len = |file: &str| std::fs::metadata(dir.join(file)).ok().map(|m| m.len());
+    let (journal_files, data_file_bytes) = match name {
+        "hrafn" => (
+            Some(count(&dir.join("journal"), &|_| true)?),
+            len("data.hrafn"),
+        ),
+        "rocksdb" => (Some(count(dir, &|f| f.ends_with(".log"))?), None),
+        "lmdb" => (None, len("data.mdb")),
+        "redb" => (None, len("bench.redb")),
+        _ => (None, None),
+    };
+    Ok(FileSample {
+        journal_files,
+        data_file_bytes,
+        disk_bytes: crate::sys::dir_bytes(dir)?,
+    })
 }
 
 /// One record of the table rows.
