@@ -44,7 +44,7 @@ struct Cli {
 
     /// Comma-separated workloads or groups (default: all). Groups: fill_seq, read_seq,
     /// read_parallel, fill_rnd_tx, bulk_seq_small, commit_latency, concurrent_writers,
-    /// range_scan, journal_raw.
+    /// sustained, journal_bytes, range_scan, u64, table, journal_raw.
     #[arg(long, value_delimiter = ',')]
     workloads: Vec<String>,
 
@@ -52,11 +52,12 @@ struct Cli {
     #[arg(long, value_delimiter = ',')]
     engines: Vec<String>,
 
-    /// Write the results as a JSON array to this file.
+    /// Write the results as a JSON array to this file. Without --json and --plot, the
+    /// results and charts go to target/hrafn-bench/<UTC time>/ under the workspace root.
     #[arg(long)]
     json: Option<PathBuf>,
 
-    /// Write one SVG bar chart per workload into this directory.
+    /// Write one SVG chart per workload into this directory.
     #[arg(long)]
     plot: Option<PathBuf>,
 

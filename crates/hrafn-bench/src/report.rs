@@ -368,15 +368,25 @@ pub fn text(results: &[BenchResult], specs: &[&Spec]) -> String {
              instead; a larger --scale sizes up the others"
         ));
     }
-    let sized: Vec<String> = results
-        .iter()
-        .filter_map(|r| Some(format!("{}/{} x{}", r.workload, r.engine, r.passes?)))
-        .collect();
+    // Sized-up rows, grouped by row: `read_seq hrafn x12 lmdb x8`.
+    let mut sized: Vec<(String, Vec<String>)> = Vec::new();
+    for r in results {
+        let Some(passes) = r.passes else { continue };
+        let cell = format!("{} x{passes}", r.engine);
+        match sized.iter_mut().find(|(w, _)| *w == r.workload) {
+            Some((_, cells)) => cells.push(cell),
+            None => sized.push((r.workload.clone(), vec![cell])),
+        }
+    }
     if !sized.is_empty() {
+        let rows: Vec<String> = sized
+            .iter()
+            .map(|(w, cells)| format!("{w} {}", cells.join(" ")))
+            .collect();
         notes.push(format!(
             "sized up (one pass was under {MIN_MEASURED_MS:.0} ms, so the measured part was \
-             repeated, the first pass not counted): {}",
-            sized.join(", ")
+             repeated that many times; shorter runs before it are not counted): {}",
+            rows.join("; ")
         ));
     }
     for r in results.iter().filter(|r| !r.ok()) {

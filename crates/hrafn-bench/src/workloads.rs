@@ -416,7 +416,7 @@ impl Sized {
             r.passes = Some(self.passes);
             r.add_note(&format!(
                 "sized up: one pass took {:.1} ms (under {} ms), so the measured part is {} \
-                 passes; that first pass is not counted",
+                 passes; the shorter runs before it are not counted",
                 first.as_secs_f64() * 1e3,
                 MIN_MEASURED.as_millis(),
                 self.passes
@@ -432,23 +432,27 @@ fn passes_for(once: Duration) -> u64 {
     ((target / once).ceil() as u64).clamp(2, 1_000_000)
 }
 
-/// Runs `measure(1)` (one pass of the measured part, returning its time); if that is shorter
-/// than [`MIN_MEASURED`], runs `measure(passes)` with enough passes to last about twice as
-/// long and reports that instead (the short pass served as a warm-up).
+/// Tries [`sized`] makes before it reports a part that is still short.
+const SIZING_TRIES: usize = 4;
+
+/// Runs `measure(1)` (one pass of the measured part, returning its time); while that is
+/// shorter than [`MIN_MEASURED`], runs `measure(passes)` again with enough passes to last
+/// about twice as long (warm passes can be faster than the first), up to [`SIZING_TRIES`]
+/// runs in all, and reports the last run (the shorter ones served as a warm-up).
 fn sized(mut measure: impl FnMut(u64) -> Result<Duration>) -> Result<Sized> {
     let once = measure(1)?;
-    if once >= MIN_MEASURED {
-        return Ok(Sized {
-            passes: 1,
-            elapsed: once,
-            first: None,
-        });
+    let (mut passes, mut elapsed) = (1u64, once);
+    for _ in 1..SIZING_TRIES {
+        if elapsed >= MIN_MEASURED {
+            break;
+        }
+        passes = passes.saturating_mul(passes_for(elapsed)).min(100_000_000);
+        elapsed = measure(passes)?;
     }
-    let passes = passes_for(once);
     Ok(Sized {
         passes,
-        elapsed: measure(passes)?,
-        first: Some(once),
+        elapsed,
+        first: (passes > 1).then_some(once),
     })
 }
 
@@ -1424,5 +1428,27 @@ mod tests {
         let mut r = BenchResult::measured("x", "y", 1.0, 1, "reads", s.elapsed);
         s.note(&mut r);
         assert_eq!((r.passes, r.note), (None, None));
+        // Warm passes faster than the first: sized again until long enough.
+        let mut calls = Vec::new();
+        let s = sized(|passes| {
+            calls.push(passes);
+            Ok(if passes == 1 {
+                ms(20)
+            } else {
+                ms(1) * passes as u32
+            })
+        })
+        .expect("sized");
+        assert_eq!(calls, [1, 5, 100]);
+        assert_eq!((s.passes, s.elapsed), (100, ms(100)));
+        // A part that never gets long enough stops after a few tries.
+        let mut calls = 0;
+        let s = sized(|_| {
+            calls += 1;
+            Ok(ms(1))
+        })
+        .expect("sized");
+        assert_eq!(calls, SIZING_TRIES);
+        assert!(s.elapsed < MIN_MEASURED);
     }
 }
