@@ -817,7 +817,7 @@ fn sustained(spec: &Spec, name: &str, cfg: &Config, dir: &Path) -> Result<BenchR
     let values = Values::new(9);
     let mut rng = StdRng::seed_from_u64(90);
     let mut keys = vec![0u8; RND_TX_KEYS * KEY_LEN];
-    let engine = engines::open(name, dir, true)?;
+    let engine = engines::open_default(name, dir)?;
     let mut ends = Vec::new();
     let mut lat = Vec::new();
     let mut files = Vec::with_capacity(plan.windows);

@@ -21,7 +21,11 @@ impl Hrafn {
         } else {
             Durability::None
         };
-        let opts = Options::default().durability(durability);
+        Self::open_with(dir, Options::default().durability(durability))
+    }
+
+    /// Opens with `opts` as given (the sustained row passes `Options::default()`).
+    pub fn open_with(dir: &Path, opts: Options) -> Result<Self> {
         let env = Environment::open(dir, opts).context("opening hrafn environment")?;
         let this = Hrafn {
             env,

@@ -204,6 +204,21 @@ pub fn durability_setting(name: &str, durable: bool) -> &'static str {
     }
 }
 
+/// Opens engine `name` in `dir` with the engine's default settings for a user who wants
+/// durable commits: Hrafn with `Options::default()` unchanged (durable, its flusher and
+/// syncs at their defaults), the peers as [`open`] with `durable` set.
+pub fn open_default(name: &str, dir: &Path) -> Result<Box<dyn Engine>> {
+    #[cfg(feature = "hrafn")]
+    if name == "hrafn" {
+        std::fs::create_dir_all(dir)?;
+        return Ok(Box::new(hrafn_engine::Hrafn::open_with(
+            dir,
+            hrafn::Options::default(),
+        )?));
+    }
+    open(name, dir, true)
+}
+
 /// Opens (creating if needed) engine `name` in `dir`. `durable` selects an fsync per commit.
 pub fn open(name: &str, dir: &Path, durable: bool) -> Result<Box<dyn Engine>> {
     std::fs::create_dir_all(dir)?;
@@ -224,6 +239,32 @@ pub fn open(name: &str, dir: &Path, durable: bool) -> Result<Box<dyn Engine>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The sustained row's look at each engine's directory finds its files.
+    #[test]
+    fn file_samples_see_each_engines_files() {
+        #[cfg(feature = "hrafn")]
+        assert_eq!(hrafn::DATA_FILE, "data.hrafn", "file_sample names it");
+        for name in ALL_ENGINES.iter().copied().filter(|n| compiled_in(n)) {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let engine = open_default(name, dir.path()).expect("open");
+            engine
+                .write(&mut |w| w.put(b"key", &[7; 100]))
+                .expect("write");
+            let sample = file_sample(name, dir.path()).expect("sample");
+            assert!(sample.disk_bytes > 0, "{name}: {sample:?}");
+            match name {
+                "hrafn" => assert!(sample.journal_files.is_some_and(|n| n > 0), "{sample:?}"),
+                "rocksdb" => assert!(sample.journal_files.is_some(), "{sample:?}"),
+                _ => assert_eq!(sample.journal_files, None, "{name}"),
+            }
+            assert_eq!(
+                sample.data_file_bytes.is_some_and(|b| b > 0),
+                name != "rocksdb",
+                "{name}: {sample:?}"
+            );
+        }
+    }
 
     /// Every compiled-in engine round-trips the same small data set through the trait.
     #[test]
