@@ -10,6 +10,7 @@ mod plot;
 mod report;
 mod result;
 mod sys;
+mod verdict;
 mod workloads;
 
 use std::io::Read;
@@ -43,7 +44,7 @@ struct Cli {
 
     /// Comma-separated workloads or groups (default: all). Groups: fill_seq, read_seq,
     /// read_parallel, fill_rnd_tx, bulk_seq_small, commit_latency, concurrent_writers,
-    /// range_scan, journal_raw.
+    /// sustained, journal_bytes, range_scan, u64, table, journal_raw.
     #[arg(long, value_delimiter = ',')]
     workloads: Vec<String>,
 
@@ -51,11 +52,12 @@ struct Cli {
     #[arg(long, value_delimiter = ',')]
     engines: Vec<String>,
 
-    /// Write the results as a JSON array to this file.
+    /// Write the results as a JSON array to this file. Without --json and --plot, the
+    /// results and charts go to target/hrafn-bench/<UTC time>/ under the workspace root.
     #[arg(long)]
     json: Option<PathBuf>,
 
-    /// Write one SVG bar chart per workload into this directory.
+    /// Write one SVG chart per workload into this directory.
     #[arg(long)]
     plot: Option<PathBuf>,
 
@@ -185,8 +187,9 @@ fn plan(cli: &Cli) -> Result<(Vec<&'static Spec>, Vec<Job>)> {
         if s.raw_disk {
             jobs.push((*s, DISK.to_string()));
         } else {
+            let engines = engines.iter().filter(|e| !s.hrafn_only || *e == "hrafn");
             for _ in 0..s.rounds {
-                jobs.extend(engines.iter().map(|e| (*s, e.clone())));
+                jobs.extend(engines.clone().map(|e| (*s, e.clone())));
             }
         }
     }
@@ -263,12 +266,26 @@ fn run_all(cli: &Cli) -> Result<()> {
     println!();
     print!("{}", report::text(&results, &specs));
 
-    if let Some(path) = &cli.json {
+    // Without --json or --plot, both go to a fresh folder of their own.
+    let default_dir = if cli.json.is_none() && cli.plot.is_none() {
+        let dir = default_output_dir(std::time::SystemTime::now());
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        Some(dir)
+    } else {
+        None
+    };
+    let json_path = cli
+        .json
+        .clone()
+        .or_else(|| default_dir.as_ref().map(|d| d.join("results.json")));
+    let plot_dir = cli.plot.clone().or_else(|| default_dir.clone());
+    println!();
+    if let Some(path) = &json_path {
         let json = serde_json::to_string_pretty(&results)?;
         std::fs::write(path, json + "\n").with_context(|| format!("writing {}", path.display()))?;
-        println!("\nwrote {}", path.display());
+        println!("wrote {}", path.display());
     }
-    if let Some(dir) = &cli.plot {
+    if let Some(dir) = &plot_dir {
         let res = report::Results { all: &results };
         let files = plot::write_all(dir, &res, &specs)?;
         println!("wrote {} charts to {}", files.len(), dir.display());
@@ -278,7 +295,57 @@ fn run_all(cli: &Cli) -> Result<()> {
         started.elapsed().as_secs_f64(),
         load_average()
     );
+    if let Some(dir) = &default_dir {
+        println!("results and charts in {}", dir.display());
+    }
+    println!();
+    print!("{}", verdict::text(&verdict::judge_all(&results)));
     Ok(())
+}
+
+/// `target/hrafn-bench/<UTC time>/` under the workspace root: the nearest directory at or
+/// above the current one whose `Cargo.toml` declares a `[workspace]`, else the workspace
+/// this binary was built from, else the current directory.
+fn default_output_dir(now: std::time::SystemTime) -> PathBuf {
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    let is_workspace = |d: &Path| {
+        std::fs::read_to_string(d.join("Cargo.toml")).is_ok_and(|t| t.contains("[workspace]"))
+    };
+    let built_from = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let root = cwd
+        .ancestors()
+        .find(|d| is_workspace(d))
+        .map(Path::to_path_buf)
+        .or_else(|| is_workspace(&built_from).then_some(built_from))
+        .unwrap_or(cwd);
+    let secs = now
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    root.join("target")
+        .join("hrafn-bench")
+        .join(utc_stamp(secs))
+}
+
+/// Seconds since the Unix epoch as a UTC time for a folder name: `2025-03-01T14-05-09Z`.
+fn utc_stamp(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // Days to a civil date (Howard Hinnant's algorithm), from 1970-01-01.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}-{:02}-{:02}Z",
+        rem / 3_600,
+        rem % 3_600 / 60,
+        rem % 60
+    )
 }
 
 /// Adds `r`, or for a row that already has a result (the second journal_raw pass), keeps the
@@ -334,7 +401,9 @@ fn medians(runs: Vec<BenchResult>) -> Vec<BenchResult> {
             }
             ok.sort_by(|a, b| a.ops_per_sec.total_cmp(&b.ops_per_sec));
             let figures: Vec<String> = ok.iter().map(|r| fmt0(r.ops_per_sec)).collect();
+            let all: Vec<f64> = ok.iter().map(|r| r.ops_per_sec).collect();
             let mut median = ok.swap_remove((ok.len() - 1) / 2);
+            median.runs_ops_per_sec = all;
             let runs = format!(
                 "median of {count} runs: {} {}/s{}",
                 figures.join(", "),
@@ -511,6 +580,56 @@ mod tests {
     }
 
     #[test]
+    fn hrafn_only_rows_and_cpu_rows_in_the_plan() {
+        let cli = Cli::try_parse_from([
+            "x",
+            "--workloads",
+            "journal_bytes,read_seq",
+            "--engines",
+            "hrafn,lmdb",
+        ])
+        .expect("parse");
+        let (specs, jobs) = plan(&cli).expect("plan");
+        // Not durable: no journal_raw rows added.
+        assert_eq!(specs.len(), 3);
+        let names: Vec<(&str, &str)> = jobs.iter().map(|(s, e)| (s.name, e.as_str())).collect();
+        assert_eq!(
+            names,
+            [
+                ("read_seq", "hrafn"),
+                ("read_seq", "lmdb"),
+                ("read_seq", "hrafn"),
+                ("read_seq", "lmdb"),
+                ("read_seq", "hrafn"),
+                ("read_seq", "lmdb"),
+                ("journal_bytes_insert", "hrafn"),
+                ("journal_bytes_update", "hrafn"),
+            ]
+        );
+        // Without hrafn, the Hrafn-only rows have no runs at all.
+        let cli = Cli::try_parse_from(["x", "--workloads", "journal_bytes", "--engines", "lmdb"])
+            .expect("parse");
+        assert!(plan(&cli).expect("plan").1.is_empty());
+    }
+
+    #[test]
+    fn utc_stamps_name_the_default_folder() {
+        assert_eq!(utc_stamp(0), "1970-01-01T00-00-00Z");
+        assert_eq!(utc_stamp(951_782_400), "2000-02-29T00-00-00Z");
+        assert_eq!(utc_stamp(1_709_251_199), "2024-02-29T23-59-59Z");
+        assert_eq!(utc_stamp(1_735_689_600 + 3_723), "2025-01-01T01-02-03Z");
+        let dir = default_output_dir(std::time::UNIX_EPOCH);
+        assert!(
+            dir.ends_with("target/hrafn-bench/1970-01-01T00-00-00Z"),
+            "{}",
+            dir.display()
+        );
+        let root = dir.ancestors().nth(3).expect("root");
+        let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("root manifest");
+        assert!(manifest.contains("[workspace]"));
+    }
+
+    #[test]
     fn repeated_rows_report_the_median_run() {
         let run = |engine: &str, v: f64| {
             BenchResult::measured("concurrent_writers", engine, 1.0, 100, "commits", {
@@ -533,6 +652,13 @@ mod tests {
         };
         let hrafn = get("concurrent_writers", "hrafn");
         assert!((hrafn.ops_per_sec - 200.0).abs() < 1e-6);
+        let runs = &hrafn.runs_ops_per_sec;
+        assert_eq!(runs.len(), 3);
+        assert!(
+            runs.windows(2).all(|w| w[0] <= w[1]),
+            "lowest first: {runs:?}"
+        );
+        assert!((runs[0] - 100.0).abs() < 1e-3 && (runs[2] - 300.0).abs() < 1e-3);
         let note = hrafn.note.as_deref().unwrap_or("");
         assert!(
             note.contains("median of 3 runs: 100, 200, 300 commits/s"),

@@ -19,8 +19,10 @@ fn color(engine: &str) -> RGBColor {
     }
 }
 
-/// Writes `<dir>/<workload>.svg` for every engine row in `specs` with at least one result,
-/// and one `journal_raw.svg` with a bar per journal_raw row; returns the files written.
+/// Writes `<dir>/<workload>.svg` for every engine row in `specs` with at least one result
+/// (a bar per engine; for a row measured per time window, a line per engine of its
+/// throughput over time), and one `journal_raw.svg` with a bar per journal_raw row; returns
+/// the files written. The Hrafn-only rows (journal_bytes) get no chart.
 pub fn write_all(dir: &Path, results: &Results<'_>, specs: &[&Spec]) -> Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir)?;
     let mut written = Vec::new();
@@ -32,7 +34,27 @@ pub fn write_all(dir: &Path, results: &Results<'_>, specs: &[&Spec]) -> Result<V
             .map(|r| r.unit.clone())
             .unwrap_or_default()
     };
-    for spec in specs.iter().filter(|s| !s.raw_disk) {
+    for spec in specs.iter().filter(|s| !s.raw_disk && !s.hrafn_only) {
+        let series: Vec<Series> = engines_in(results.all)
+            .into_iter()
+            .filter_map(|e| {
+                let r = results.get(spec.name, e).filter(|r| r.ok())?;
+                let windows = r.windows.as_ref()?;
+                Some(Series {
+                    label: e.to_string(),
+                    points: windows.iter().map(|w| (w.t_s, w.ops_per_sec)).collect(),
+                    color: color(e),
+                })
+            })
+            .collect();
+        if !series.is_empty() {
+            // A row measured per time window: throughput over time, one line per engine.
+            let path = dir.join(format!("{}.svg", spec.name));
+            let title = format!("{} — throughput per window", spec.name);
+            lines(&path, &title, &unit_of(spec.name), &series)?;
+            written.push(path);
+            continue;
+        }
         let bars: Vec<Bar> = engines_in(results.all)
             .into_iter()
             .filter_map(|e| {
@@ -90,6 +112,60 @@ pub fn write_all(dir: &Path, results: &Results<'_>, specs: &[&Spec]) -> Result<V
 fn x_range(n: usize) -> std::ops::Range<i32> {
     let n = i32::try_from(n).unwrap_or(i32::MAX);
     if n <= 1 { -1..1 } else { 0..n - 1 }
+}
+
+/// One engine's line: (seconds from the start, operations per second) points.
+struct Series {
+    label: String,
+    points: Vec<(f64, f64)>,
+    color: RGBColor,
+}
+
+fn lines(path: &Path, title: &str, unit: &str, series: &[Series]) -> Result<()> {
+    let err = |e: &dyn std::fmt::Display| anyhow!("plotting {}: {e}", path.display());
+    let root = SVGBackend::new(path, (720, 420)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let points = || series.iter().flat_map(|s| s.points.iter());
+    let right = points().map(|p| p.0).fold(1.0f64, f64::max);
+    let top = points().map(|p| p.1).fold(1.0f64, f64::max) * 1.2;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.0..right, 0.0..top)
+        .map_err(|e| err(&e))?;
+    chart
+        .configure_mesh()
+        .x_desc("seconds (end of window)")
+        .y_desc(format!("{unit}/s"))
+        .y_label_formatter(&|v| fmt_rate(*v))
+        .draw()
+        .map_err(|e| err(&e))?;
+    for s in series {
+        let style = ShapeStyle::from(&s.color).stroke_width(2);
+        chart
+            .draw_series(LineSeries::new(s.points.iter().copied(), style))
+            .map_err(|e| err(&e))?
+            .label(s.label.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+        chart
+            .draw_series(
+                s.points
+                    .iter()
+                    .map(|p| Circle::new(*p, 3, s.color.filled())),
+            )
+            .map_err(|e| err(&e))?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| err(&e))?;
+    root.present().map_err(|e| err(&e))?;
+    Ok(())
 }
 
 struct Bar {

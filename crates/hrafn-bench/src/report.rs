@@ -3,7 +3,8 @@
 use std::fmt::Write as _;
 
 use crate::engines;
-use crate::result::BenchResult;
+use crate::result::{BenchResult, MIN_MEASURED_MS, median};
+use crate::verdict;
 use crate::workloads::{self, Limit, Spec};
 
 /// `1234567.0` -> `1.23M`, `45678.0` -> `45.7k`, `789.0` -> `789`, `0.5` -> `0.50`.
@@ -46,6 +47,18 @@ fn fmt_us(v: f64) -> String {
     } else {
         format!("{v:.1}")
     }
+}
+
+/// Put after a figure whose measured part was shorter than [`MIN_MEASURED_MS`].
+pub const UNRELIABLE_MARK: &str = "~";
+
+/// `fmt_rate`, with [`UNRELIABLE_MARK`] for a row marked unreliable.
+fn fmt_rate_of(r: &BenchResult) -> String {
+    let mut s = fmt_rate(r.ops_per_sec);
+    if r.unreliable {
+        s.push_str(UNRELIABLE_MARK);
+    }
+    s
 }
 
 /// Renders a table: first column left-aligned, the rest right-aligned.
@@ -173,7 +186,7 @@ impl<'a> Results<'a> {
             None => "-".into(),
             Some(r) if !r.ok() => "ERR".into(),
             Some(r) => {
-                let mut s = fmt_rate(r.ops_per_sec);
+                let mut s = fmt_rate_of(r);
                 if let Some(best) = self
                     .best_peer(workload)
                     .filter(|b| *b > 0.0 && engine == "hrafn")
@@ -274,6 +287,10 @@ pub fn text(results: &[BenchResult], specs: &[&Spec]) -> String {
         out.push_str(&render(&headers, &rows));
     }
 
+    out.push_str(&sustained_text(&res, &engines));
+    out.push_str(&journal_bytes_text(&res));
+    out.push_str(&repeated_text(&res, specs, &engines));
+
     let disk_specs: Vec<_> = specs.iter().filter(|s| s.raw_disk).collect();
     if !disk_specs.is_empty() {
         let headers: Vec<String> = ["journal_raw", "writes/s", "MB/s", "p50 µs", "p99 µs", "how"]
@@ -291,14 +308,11 @@ pub fn text(results: &[BenchResult], specs: &[&Spec]) -> String {
                     // The group row counts acknowledged requests, not blocks written.
                     let (rate, mb) = if r.unit == "writes" {
                         (
-                            fmt_rate(r.ops_per_sec),
+                            fmt_rate_of(r),
                             format!("{:.1}", r.ops_per_sec * block / 1e6),
                         )
                     } else {
-                        (
-                            format!("{} {}", fmt_rate(r.ops_per_sec), r.unit),
-                            "-".into(),
-                        )
+                        (format!("{} {}", fmt_rate_of(r), r.unit), "-".into())
                     };
                     vec![
                         s.name.to_string(),
@@ -336,13 +350,44 @@ pub fn text(results: &[BenchResult], specs: &[&Spec]) -> String {
             engines::durability_setting(e, false)
         ));
     }
-    for r in results
-        .iter()
-        .filter(|r| r.workload == "concurrent_writers" && r.ok())
-    {
+    for r in results.iter().filter(|r| {
+        matches!(
+            r.workload.as_str(),
+            "concurrent_writers" | "sustained_rnd_durable"
+        ) && r.ok()
+    }) {
         if let Some(n) = &r.note {
-            notes.push(format!("concurrent_writers/{}: {n}", r.engine));
+            notes.push(format!("{}/{}: {n}", r.workload, r.engine));
         }
+    }
+    if results.iter().any(|r| r.unreliable) {
+        notes.push(format!(
+            "{UNRELIABLE_MARK} after a figure: its measured part took less than \
+             {MIN_MEASURED_MS:.0} ms, too short to trust (timer, scheduling and cache noise); \
+             `unreliable: true` in the JSON. Rows that are cheap to repeat are sized up \
+             instead; a larger --scale sizes up the others"
+        ));
+    }
+    // Sized-up rows, grouped by row: `read_seq hrafn x12 lmdb x8`.
+    let mut sized: Vec<(String, Vec<String>)> = Vec::new();
+    for r in results {
+        let Some(passes) = r.passes else { continue };
+        let cell = format!("{} x{passes}", r.engine);
+        match sized.iter_mut().find(|(w, _)| *w == r.workload) {
+            Some((_, cells)) => cells.push(cell),
+            None => sized.push((r.workload.clone(), vec![cell])),
+        }
+    }
+    if !sized.is_empty() {
+        let rows: Vec<String> = sized
+            .iter()
+            .map(|(w, cells)| format!("{w} {}", cells.join(" ")))
+            .collect();
+        notes.push(format!(
+            "sized up (one pass was under {MIN_MEASURED_MS:.0} ms, so the measured part was \
+             repeated that many times; shorter runs before it are not counted): {}",
+            rows.join("; ")
+        ));
     }
     for r in results.iter().filter(|r| !r.ok()) {
         let e = r.error.as_deref().unwrap_or("");
@@ -354,6 +399,194 @@ pub fn text(results: &[BenchResult], specs: &[&Spec]) -> String {
             let _ = writeln!(out, "- {n}");
         }
     }
+    out
+}
+
+/// The sustained row: a summary per engine and its figures per window.
+fn sustained_text(res: &Results<'_>, engines: &[&str]) -> String {
+    const ROW: &str = "sustained_rnd_durable";
+    let runs: Vec<&BenchResult> = engines
+        .iter()
+        .filter_map(|e| res.ok(ROW, e))
+        .filter(|r| r.windows.is_some())
+        .collect();
+    let Some(first) = runs.first() else {
+        return String::new();
+    };
+    let windows = |r: &BenchResult| r.windows.clone().unwrap_or_default();
+    let window_secs = windows(first)
+        .first()
+        .map_or(0.0, |w| w.t_s.min(first.total_ms / 1e3));
+    let mut out = format!(
+        "\nSustained: {ROW}, {:.0} s per engine in {window_secs:.0} s windows \
+         (durable txns of 100 random keys, default options)\n",
+        first.total_ms / 1e3
+    );
+    let headers: Vec<String> = [
+        "engine",
+        "entries/s",
+        "p50 / p99 µs",
+        "lowest / median window",
+        "journal files (max)",
+        "data file (end)",
+        "disk (end)",
+    ]
+    .map(String::from)
+    .into();
+    let rows: Vec<Vec<String>> = runs
+        .iter()
+        .map(|r| {
+            let ws = windows(r);
+            let rates: Vec<f64> = ws.iter().map(|w| w.ops_per_sec).collect();
+            let last = ws.last();
+            vec![
+                r.engine.clone(),
+                fmt_rate_of(r),
+                match (r.p50_us, r.p99_us) {
+                    (Some(a), Some(b)) => format!("{} / {}", fmt_us(a), fmt_us(b)),
+                    _ => "-".into(),
+                },
+                match (rates.iter().copied().reduce(f64::min), median(&rates)) {
+                    (Some(min), Some(med)) => format!(
+                        "{} / {} ({:.2}×)",
+                        fmt_rate(min),
+                        fmt_rate(med),
+                        r.min_window_ratio.unwrap_or(0.0)
+                    ),
+                    _ => "-".into(),
+                },
+                r.journal_files_max
+                    .map_or_else(|| "-".into(), |n| n.to_string()),
+                last.and_then(|w| w.data_file_bytes)
+                    .map_or_else(|| "-".into(), fmt_bytes),
+                last.and_then(|w| w.disk_bytes)
+                    .map_or_else(|| "-".into(), fmt_bytes),
+            ]
+        })
+        .collect();
+    out.push_str(&render(&headers, &rows));
+
+    let mut headers = vec!["t (s)".to_string()];
+    headers.extend(runs.iter().map(|r| r.engine.clone()));
+    let count = runs.iter().map(|r| windows(r).len()).max().unwrap_or(0);
+    let rows: Vec<Vec<String>> = (0..count)
+        .map(|i| {
+            let t = runs
+                .iter()
+                .find_map(|r| windows(r).get(i).map(|w| w.t_s))
+                .unwrap_or(0.0);
+            let mut row = vec![format!("{t:.0}")];
+            row.extend(runs.iter().map(|r| match windows(r).get(i) {
+                None => "-".into(),
+                Some(w) => {
+                    let mut cell = format!(
+                        "{} / {}",
+                        fmt_rate(w.ops_per_sec),
+                        w.p99_us.map_or_else(|| "-".into(), fmt_us)
+                    );
+                    if let Some(j) = w.journal_files {
+                        let _ = write!(cell, " / {j} files");
+                    } else if let Some(b) = w.data_file_bytes {
+                        let _ = write!(cell, " / {}", fmt_bytes(b));
+                    }
+                    cell
+                }
+            }));
+            row
+        })
+        .collect();
+    out.push_str(
+        "\nPer window (t = end of window): entries/s / p99 µs / journal files (hrafn: \
+         journal/, rocksdb: WAL *.log) or data file size (lmdb, redb)\n",
+    );
+    out.push_str(&render_with(&headers, &rows, &[]));
+    out
+}
+
+/// The journal_bytes rows: bytes journaled per transaction against whole pages.
+fn journal_bytes_text(res: &Results<'_>) -> String {
+    let rows: Vec<Vec<String>> = ["journal_bytes_insert", "journal_bytes_update"]
+        .iter()
+        .filter_map(|row| {
+            let r = res.ok(row, "hrafn")?;
+            let j = r.journal.as_ref()?;
+            let target = verdict::TARGETS
+                .iter()
+                .find(|t| t.value.row == *row && t.value.metric == verdict::Metric::JournalRatio)
+                .map(verdict::target_text)
+                .unwrap_or_default();
+            Some(vec![
+                row.to_string(),
+                j.txns.to_string(),
+                format!("{:.1}", j.pages_per_txn),
+                fmt_bytes(j.page_bytes_per_txn as u64),
+                fmt_bytes(j.journal_bytes_per_txn as u64),
+                fmt_bytes(j.payload_bytes_per_txn as u64),
+                format!("{:.3}×", j.ratio),
+                target,
+            ])
+        })
+        .collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    let headers: Vec<String> = [
+        "hrafn (peers: -)",
+        "txns",
+        "pages/txn",
+        "full-page bytes/txn",
+        "journal bytes/txn",
+        "diff bytes/txn",
+        "ratio",
+        "target",
+    ]
+    .map(String::from)
+    .into();
+    let mut out = String::from(
+        "\nJournal bytes per transaction (100 random keys per durable txn; full-page bytes = \
+         pages written x 8192; ratio = journal bytes / full-page bytes)\n",
+    );
+    out.push_str(&render_with(&headers, &rows, &[0, 7]));
+    out
+}
+
+/// Every run of the rows run several times (the tables show the median run).
+fn repeated_text(res: &Results<'_>, specs: &[&Spec], engines: &[&str]) -> String {
+    let rows: Vec<Vec<String>> = specs
+        .iter()
+        .filter(|s| s.rounds > 1)
+        .filter(|s| {
+            engines.iter().any(|e| {
+                res.ok(s.name, e)
+                    .is_some_and(|r| r.runs_ops_per_sec.len() > 1)
+            })
+        })
+        .map(|s| {
+            let mut row = vec![s.name.to_string()];
+            row.extend(engines.iter().map(|e| {
+                match res.ok(s.name, e) {
+                    Some(r) if !r.runs_ops_per_sec.is_empty() => r
+                        .runs_ops_per_sec
+                        .iter()
+                        .map(|v| fmt_rate(*v))
+                        .collect::<Vec<_>>()
+                        .join(" "),
+                    _ => "-".into(),
+                }
+            }));
+            row
+        })
+        .collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut headers = vec!["workload (each run, ops/s)".to_string()];
+    headers.extend(engines.iter().map(|e| e.to_string()));
+    let mut out = String::from(
+        "\nRows run several times, engines taking turns: every run, lowest first (the tables \
+         show the median run)\n",
+    );
+    out.push_str(&render(&headers, &rows));
     out
 }
 
@@ -397,6 +630,82 @@ mod tests {
         // No working peer in the row: no ratio.
         assert_eq!(res.cell("read_seq", "hrafn"), "5.00k");
         assert_eq!(res.cell("read_seq", "redb"), "-");
+    }
+
+    #[test]
+    fn short_rows_are_marked_in_the_tables() {
+        let mut short = result("read_seq", "hrafn", 2_000_000.0);
+        short.unreliable = true;
+        let all = vec![short, result("read_seq", "lmdb", 1_000_000.0)];
+        let res = Results { all: &all };
+        assert_eq!(res.cell("read_seq", "hrafn"), "2.00M~ (2.00×)");
+        assert_eq!(res.cell("read_seq", "lmdb"), "1.00M");
+        let spec = workloads::spec("read_seq").expect("spec");
+        let text = text(&all, &[spec]);
+        assert!(text.contains("- ~ after a figure"), "{text}");
+        assert!(text.contains("`unreliable: true`"), "{text}");
+        // Nothing short: no note.
+        let all = vec![result("read_seq", "lmdb", 1_000_000.0)];
+        assert!(!super::text(&all, &[spec]).contains("~ after a figure"));
+    }
+
+    #[test]
+    fn sustained_journal_bytes_and_repeated_rows_get_their_tables() {
+        use crate::result::{JournalBytes, Window};
+        let window = |t_s: f64, ops_per_sec: f64, journal_files: Option<u64>| Window {
+            t_s,
+            ops_per_sec,
+            p99_us: Some(900.0),
+            journal_files,
+            data_file_bytes: Some(1 << 20),
+            disk_bytes: Some(2 << 20),
+        };
+        let mut h = result("sustained_rnd_durable", "hrafn", 90_000.0);
+        h.windows = Some(vec![
+            window(1.0, 100_000.0, Some(4)),
+            window(2.0, 80_000.0, Some(6)),
+        ]);
+        h.min_window_ratio = Some(0.89);
+        h.journal_files_max = Some(6);
+        let mut l = result("sustained_rnd_durable", "lmdb", 20_000.0);
+        l.windows = Some(vec![
+            window(1.0, 20_000.0, None),
+            window(2.0, 20_000.0, None),
+        ]);
+        l.min_window_ratio = Some(1.0);
+        let mut j = result("journal_bytes_update", "hrafn", 900.0);
+        j.journal = Some(JournalBytes {
+            txns: 100,
+            journal_bytes_per_txn: 40_960.0,
+            payload_bytes_per_txn: 40_000.0,
+            page_bytes_per_txn: 819_200.0,
+            pages_per_txn: 100.0,
+            ratio: 0.05,
+        });
+        let mut r = result("read_seq", "hrafn", 2_000.0);
+        r.runs_ops_per_sec = vec![1_000.0, 2_000.0, 3_000.0];
+        let all = vec![h, l, j, r];
+        let specs: Vec<&Spec> = ["sustained_rnd_durable", "journal_bytes_update", "read_seq"]
+            .iter()
+            .map(|n| workloads::spec(n).expect("spec"))
+            .collect();
+        let text = text(&all, &specs);
+        assert!(text.contains("80.0k / 90.0k (0.89×)"), "{text}");
+        assert!(text.contains("100.0k / 900 / 4 files"), "{text}");
+        assert!(text.contains("20.0k / 900 / 1.0 MiB"), "{text}");
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("journal_bytes_update") && l.contains("0.050×"))
+            .expect("journal bytes line");
+        assert!(
+            line.contains("800.0 KiB") && line.contains("40.0 KiB"),
+            "{line}"
+        );
+        assert!(line.contains("≤ 0.20× whole pages"), "{line}");
+        assert!(text.contains("1.00k 2.00k 3.00k"), "{text}");
+        // The peers' cells of a Hrafn-only row.
+        let res = Results { all: &all };
+        assert_eq!(res.cell("journal_bytes_update", "lmdb"), "-");
     }
 
     #[test]

@@ -38,6 +38,71 @@ pub struct BenchResult {
     /// Set when the run failed; the figures are then zero.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The measured part took less than [`MIN_MEASURED_MS`]: the figure is mostly timer,
+    /// scheduling and cache noise (marked `~` in the tables).
+    #[serde(default)]
+    pub unreliable: bool,
+    /// How many times the measured part was repeated to last at least [`MIN_MEASURED_MS`]
+    /// (rows that are cheap to repeat); absent when it ran once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub passes: Option<u64>,
+    /// Rows run several times: every run's operations per second, lowest first (the row
+    /// reports the median one).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub runs_ops_per_sec: Vec<f64>,
+    /// The sustained row: throughput, latency and files on disk per time window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub windows: Option<Vec<Window>>,
+    /// The sustained row: the lowest window's throughput over the median window's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_window_ratio: Option<f64>,
+    /// The sustained row: the most journal (Hrafn) or WAL (RocksDB) files seen on disk.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub journal_files_max: Option<u64>,
+    /// The journal_bytes rows: bytes journaled per transaction against whole pages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub journal: Option<JournalBytes>,
+}
+
+/// Rows whose measured part is shorter than this are marked unreliable.
+pub const MIN_MEASURED_MS: f64 = 50.0;
+
+/// One time window of the sustained row.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Window {
+    /// Seconds from the start of the measured part to the end of this window.
+    pub t_s: f64,
+    /// Operations (entries) committed in this window per second of the window.
+    pub ops_per_sec: f64,
+    /// 99th percentile commit latency of the commits that ended in this window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p99_us: Option<f64>,
+    /// Journal files (Hrafn: files in `journal/`) or WAL files (RocksDB: `*.log`) on disk
+    /// when the window ended; absent for engines without either.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub journal_files: Option<u64>,
+    /// Size of the engine's data file when the window ended (Hrafn, LMDB, redb).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_file_bytes: Option<u64>,
+    /// Sum of the lengths of all files in the engine's directory when the window ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_bytes: Option<u64>,
+}
+
+/// What the journal_bytes rows measure, per transaction, from counter deltas.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JournalBytes {
+    /// Transactions in the measured part.
+    pub txns: u64,
+    /// Bytes written to journals (records with header and padding).
+    pub journal_bytes_per_txn: f64,
+    /// Page diff bytes before compression.
+    pub payload_bytes_per_txn: f64,
+    /// Whole pages the commits changed, in bytes (pages written × page size).
+    pub page_bytes_per_txn: f64,
+    pub pages_per_txn: f64,
+    /// `journal_bytes_per_txn / page_bytes_per_txn`.
+    pub ratio: f64,
 }
 
 impl BenchResult {
@@ -66,7 +131,28 @@ impl BenchResult {
             p99_us: None,
             note: None,
             error: None,
+            unreliable: false,
+            passes: None,
+            runs_ops_per_sec: Vec::new(),
+            windows: None,
+            min_window_ratio: None,
+            journal_files_max: None,
+            journal: None,
         }
+    }
+
+    /// Sets [`BenchResult::unreliable`] from the measured time: a successful row shorter
+    /// than [`MIN_MEASURED_MS`].
+    pub fn mark_short(&mut self) {
+        self.unreliable = self.ok() && self.total_ms < MIN_MEASURED_MS;
+    }
+
+    /// Appends `text` to the note, after a `; `.
+    pub fn add_note(&mut self, text: &str) {
+        self.note = Some(match self.note.take() {
+            Some(n) if !n.is_empty() => format!("{n}; {text}"),
+            _ => text.to_string(),
+        });
     }
 
     /// A row that records a failure.
@@ -86,6 +172,22 @@ impl BenchResult {
     pub fn ok(&self) -> bool {
         self.error.is_none()
     }
+}
+
+/// The median of `values`: the middle one, or the mean of the two middle ones; `None` for
+/// an empty slice.
+pub fn median(values: &[f64]) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let mid = v.len() / 2;
+    Some(if v.len() % 2 == 1 {
+        v[mid]
+    } else {
+        (v[mid - 1] + v[mid]) / 2.0
+    })
 }
 
 /// The `p`th percentile (0..=100) by the nearest-rank method; sorts `samples` in place.
@@ -124,6 +226,32 @@ mod tests {
         let mut ten: Vec<Duration> = [5, 1, 9, 3, 7, 2, 8, 4, 10, 6].map(us).to_vec();
         assert_eq!(percentile(&mut ten, 99.0), Some(us(10)));
         assert_eq!(percentile(&mut ten, 50.0), Some(us(5)));
+    }
+
+    #[test]
+    fn short_rows_are_marked_unreliable() {
+        let mut r = BenchResult::measured("x", "y", 1.0, 10, "reads", Duration::from_millis(49));
+        r.mark_short();
+        assert!(r.unreliable);
+        let mut r = BenchResult::measured("x", "y", 1.0, 10, "reads", Duration::from_millis(50));
+        r.mark_short();
+        assert!(!r.unreliable);
+        let mut failed = BenchResult::failed("x", "y", 1.0, "boom".into());
+        failed.mark_short();
+        assert!(!failed.unreliable, "a failure is an error, not a short row");
+        let mut r = BenchResult::measured("x", "y", 1.0, 10, "reads", Duration::from_millis(1));
+        r.mark_short();
+        let v: serde_json::Value =
+            serde_json::from_str(&serde_json::to_string(&r).expect("serialize")).expect("parse");
+        assert_eq!(v["unreliable"], serde_json::Value::Bool(true));
+    }
+
+    #[test]
+    fn medians_of_odd_and_even_counts() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(2.5));
+        assert_eq!(median(&[7.0]), Some(7.0));
+        assert_eq!(median(&[]), None);
     }
 
     #[test]

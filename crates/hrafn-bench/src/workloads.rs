@@ -4,14 +4,14 @@ use std::path::Path;
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
-use anyhow::{Result, bail, ensure};
+use anyhow::{Context, Result, bail, ensure};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, RngCore, SeedableRng};
 
 use crate::engines::{self, Engine, Reader, Writer};
 use crate::journal;
-use crate::result::BenchResult;
+use crate::result::{self, BenchResult, JournalBytes, Window};
 use crate::sys;
 
 /// Which raw-disk figure bounds a durable row (see [`Spec::limit`]).
@@ -36,10 +36,13 @@ pub struct Spec {
     pub what: &'static str,
     /// True for the journal_raw rows, which run once against the disk, not per engine.
     pub raw_disk: bool,
+    /// True for rows that read counters only Hrafn has; the peers' cells show `-`.
+    pub hrafn_only: bool,
     /// Durable rows name the disk limit they are reported next to.
     pub limit: Option<Limit>,
     /// Runs per engine, taken in turns across the engines; the median is reported. For a
-    /// short row whose figure moves with the disk's moment-to-moment speed.
+    /// short row whose figure moves with the disk's moment-to-moment speed, and for the
+    /// CPU-bound rows, whose figure moves with what else the machine's cores are doing.
     pub rounds: u32,
 }
 
@@ -49,6 +52,7 @@ const fn row(name: &'static str, group: &'static str, what: &'static str) -> Spe
         group,
         what,
         raw_disk: false,
+        hrafn_only: false,
         limit: None,
         rounds: 1,
     }
@@ -59,6 +63,13 @@ const fn rounds(mut s: Spec, rounds: u32) -> Spec {
     s
 }
 
+/// Runs of a CPU-bound row (no synced I/O in the measured part): the median is reported.
+const CPU_ROUNDS: u32 = 3;
+
+const fn cpu(s: Spec) -> Spec {
+    rounds(s, CPU_ROUNDS)
+}
+
 const fn durable(mut s: Spec, limit: Limit) -> Spec {
     s.limit = Some(limit);
     s
@@ -66,6 +77,11 @@ const fn durable(mut s: Spec, limit: Limit) -> Spec {
 
 const fn disk(mut s: Spec) -> Spec {
     s.raw_disk = true;
+    s
+}
+
+const fn hrafn_only(mut s: Spec) -> Spec {
+    s.hrafn_only = true;
     s
 }
 
@@ -79,26 +95,26 @@ pub const SPECS: &[Spec] = &[
         ),
         Limit::Bandwidth,
     ),
-    row(
+    cpu(row(
         "read_seq",
         "read_seq",
         "reopen, point-read every key in order in one read txn",
-    ),
-    row(
+    )),
+    cpu(row(
         "read_parallel_t1",
         "read_parallel",
         "1 thread, own read txn, shuffled distinct keys",
-    ),
-    row(
+    )),
+    cpu(row(
         "read_parallel_t2",
         "read_parallel",
         "2 threads, own read txns, shuffled distinct keys",
-    ),
-    row(
+    )),
+    cpu(row(
         "read_parallel_t4",
         "read_parallel",
         "4 threads, own read txns, shuffled distinct keys",
-    ),
+    )),
     durable(
         row(
             "fill_rnd_tx_durable",
@@ -107,11 +123,11 @@ pub const SPECS: &[Spec] = &[
         ),
         Limit::PerCommit,
     ),
-    row(
+    cpu(row(
         "fill_rnd_tx_nosync",
         "fill_rnd_tx",
         "10k non-durable txns x 100 random 16-byte keys",
-    ),
+    )),
     durable(
         row(
             "bulk_seq_small",
@@ -139,66 +155,84 @@ pub const SPECS: &[Spec] = &[
         ),
         3,
     ),
-    row(
+    durable(
+        row(
+            "sustained_rnd_durable",
+            "sustained",
+            "durable txns x 100 random 16-byte keys for 60 s, default options; per-window figures",
+        ),
+        Limit::PerCommit,
+    ),
+    hrafn_only(row(
+        "journal_bytes_insert",
+        "journal_bytes",
+        "txns of 100 new random keys into a tree of 1M; journal bytes vs whole pages",
+    )),
+    hrafn_only(row(
+        "journal_bytes_update",
+        "journal_bytes",
+        "txns overwriting 100 random existing keys of 1M; journal bytes vs whole pages",
+    )),
+    cpu(row(
         "range_scan_full",
         "range_scan",
         "one full scan of 1M entries",
-    ),
-    row(
+    )),
+    cpu(row(
         "range_scan_rnd100",
         "range_scan",
         "10k scans of 100 keys from random starts",
-    ),
-    row(
+    )),
+    cpu(row(
         "u64_insert_fixed",
         "u64",
         "1M random u64 keys -> 16-byte values, 100 txns; hrafn: fixed-size tree",
-    ),
-    row(
+    )),
+    cpu(row(
         "u64_insert_btree",
         "u64",
         "the same; hrafn: B+tree with 8-byte big-endian keys",
-    ),
-    row(
+    )),
+    cpu(row(
         "u64_get_fixed",
         "u64",
         "reopen, point-read every key in random order; hrafn: fixed-size tree",
-    ),
-    row(
+    )),
+    cpu(row(
         "u64_get_btree",
         "u64",
         "the same; hrafn: B+tree with 8-byte big-endian keys",
-    ),
-    row(
+    )),
+    cpu(row(
         "u64_scan_fixed",
         "u64",
         "reopen, one full scan in key order; hrafn: fixed-size tree",
-    ),
-    row(
+    )),
+    cpu(row(
         "u64_scan_btree",
         "u64",
         "the same; hrafn: B+tree with 8-byte big-endian keys",
-    ),
-    row(
+    )),
+    cpu(row(
         "u64_append_fixed",
         "u64",
         "1M increasing u64 keys -> 16-byte values, 100 txns (time series); hrafn: fixed-size tree",
-    ),
-    row(
+    )),
+    cpu(row(
         "u64_append_btree",
         "u64",
         "the same; hrafn: B+tree with 8-byte big-endian keys",
-    ),
-    row(
+    )),
+    cpu(row(
         "table_insert",
         "table",
         "1M records (16-byte name, u64, 100 bytes), 2 indexes, 100 txns; peers: record + 2 index tables by hand",
-    ),
-    row(
+    )),
+    cpu(row(
         "table_get_by_id",
         "table",
         "reopen, read every record by id in random order; peers: get from the record table",
-    ),
+    )),
     disk(row(
         "journal_raw_direct_4k",
         "journal_raw",
@@ -335,6 +369,9 @@ pub fn run(spec: &Spec, engine_name: &str, cfg: &Config, dir: &Path) -> Result<B
         "bulk_seq_small" => bulk_seq_small(spec, engine_name, cfg, &db_dir)?,
         "commit_latency" => commit_latency(spec, engine_name, cfg, &db_dir)?,
         "concurrent_writers" => concurrent_writers(spec, engine_name, cfg, &db_dir)?,
+        "sustained_rnd_durable" => sustained(spec, engine_name, cfg, &db_dir)?,
+        "journal_bytes_insert" => journal_bytes(spec, engine_name, cfg, &db_dir, false)?,
+        "journal_bytes_update" => journal_bytes(spec, engine_name, cfg, &db_dir, true)?,
         "range_scan_full" => range_scan_full(spec, engine_name, cfg, &db_dir)?,
         "range_scan_rnd100" => range_scan_rnd100(spec, engine_name, cfg, &db_dir)?,
         "u64_insert_fixed" => u64_rows(spec, engine_name, cfg, &db_dir, U64::Insert, true)?,
@@ -357,7 +394,66 @@ pub fn run(spec: &Spec, engine_name: &str, cfg: &Config, dir: &Path) -> Result<B
     if !spec.raw_disk {
         result.disk_bytes = Some(sys::dir_bytes(&db_dir)?);
     }
+    result.mark_short();
     Ok(result)
+}
+
+/// The shortest measured part a row should have (see [`BenchResult::mark_short`]).
+const MIN_MEASURED: Duration = Duration::from_millis(result::MIN_MEASURED_MS as u64);
+
+/// How a row that is cheap to repeat was sized (see [`sized`]).
+struct Sized {
+    passes: u64,
+    elapsed: Duration,
+    /// The single pass that was too short, when the row was sized up.
+    first: Option<Duration>,
+}
+
+impl Sized {
+    /// Sets the result's passes and says in its note how the row was sized up.
+    fn note(&self, r: &mut BenchResult) {
+        if let Some(first) = self.first {
+            r.passes = Some(self.passes);
+            r.add_note(&format!(
+                "sized up: one pass took {:.1} ms (under {} ms), so the measured part is {} \
+                 passes; the shorter runs before it are not counted",
+                first.as_secs_f64() * 1e3,
+                MIN_MEASURED.as_millis(),
+                self.passes
+            ));
+        }
+    }
+}
+
+/// Passes that make a part taking `once` last about twice [`MIN_MEASURED`] (at least 2).
+fn passes_for(once: Duration) -> u64 {
+    let target = 2.0 * MIN_MEASURED.as_secs_f64();
+    let once = once.as_secs_f64().max(1e-6);
+    ((target / once).ceil() as u64).clamp(2, 1_000_000)
+}
+
+/// Tries [`sized`] makes before it reports a part that is still short.
+const SIZING_TRIES: usize = 4;
+
+/// Runs `measure(1)` (one pass of the measured part, returning its time); while that is
+/// shorter than [`MIN_MEASURED`], runs `measure(passes)` again with enough passes to last
+/// about twice as long (warm passes can be faster than the first), up to [`SIZING_TRIES`]
+/// runs in all, and reports the last run (the shorter ones served as a warm-up).
+fn sized(mut measure: impl FnMut(u64) -> Result<Duration>) -> Result<Sized> {
+    let once = measure(1)?;
+    let (mut passes, mut elapsed) = (1u64, once);
+    for _ in 1..SIZING_TRIES {
+        if elapsed >= MIN_MEASURED {
+            break;
+        }
+        passes = passes.saturating_mul(passes_for(elapsed)).min(100_000_000);
+        elapsed = measure(passes)?;
+    }
+    Ok(Sized {
+        passes,
+        elapsed,
+        first: (passes > 1).then_some(once),
+    })
 }
 
 /// Writes entries `0..n` (decimal keys, 100-byte values) in one transaction.
@@ -396,17 +492,28 @@ fn read_seq(spec: &Spec, name: &str, cfg: &Config, dir: &Path) -> Result<BenchRe
     let n = cfg.entries();
     let values = Values::new(2);
     let engine = filled(name, dir, n, &values)?;
-    let start = Instant::now();
-    engine.read(&mut |r| {
-        for i in 0..n {
-            check_len(r.get(&decimal_key(i))?, i)?;
+    let run = sized(|passes| {
+        let start = Instant::now();
+        for _ in 0..passes {
+            engine.read(&mut |r| {
+                for i in 0..n {
+                    check_len(r.get(&decimal_key(i))?, i)?;
+                }
+                Ok(())
+            })?;
         }
-        Ok(())
+        Ok(start.elapsed())
     })?;
-    let elapsed = start.elapsed();
-    Ok(BenchResult::measured(
-        spec.name, name, cfg.scale, n, "reads", elapsed,
-    ))
+    let mut r = BenchResult::measured(
+        spec.name,
+        name,
+        cfg.scale,
+        n * run.passes,
+        "reads",
+        run.elapsed,
+    );
+    run.note(&mut r);
+    Ok(r)
 }
 
 fn check_len(found: Option<usize>, i: u64) -> Result<()> {
@@ -436,36 +543,54 @@ fn read_parallel(
             ids
         })
         .collect();
-    let barrier = Barrier::new(threads as usize + 1);
     let engine = engine.as_ref();
-    let elapsed = std::thread::scope(|s| -> Result<Duration> {
-        let handles: Vec<_> = parts
-            .iter()
-            .map(|ids| {
-                let barrier = &barrier;
-                s.spawn(move || -> Result<()> {
-                    barrier.wait();
-                    engine.read(&mut |r| {
-                        for &i in ids {
-                            check_len(r.get(&decimal_key(i))?, i)?;
+    let run = sized(|passes| {
+        let barrier = Barrier::new(threads as usize + 1);
+        std::thread::scope(|s| -> Result<Duration> {
+            let handles: Vec<_> = parts
+                .iter()
+                .map(|ids| {
+                    let barrier = &barrier;
+                    s.spawn(move || -> Result<Instant> {
+                        barrier.wait();
+                        for _ in 0..passes {
+                            engine.read(&mut |r| {
+                                for &i in ids {
+                                    check_len(r.get(&decimal_key(i))?, i)?;
+                                }
+                                Ok(())
+                            })?;
                         }
-                        Ok(())
+                        Ok(Instant::now())
                     })
                 })
-            })
-            .collect();
-        barrier.wait();
-        let start = Instant::now();
-        for h in handles {
-            h.join()
-                .map_err(|_| anyhow::anyhow!("reader thread panicked"))??;
-        }
-        Ok(start.elapsed())
+                .collect();
+            // The clock starts before this thread reaches the barrier, so before any reader can
+            // pass it, and stops when the last reader ends.
+            let start = Instant::now();
+            barrier.wait();
+            let mut end = start;
+            for h in handles {
+                let done = h
+                    .join()
+                    .map_err(|_| anyhow::anyhow!("reader thread panicked"))??;
+                end = end.max(done);
+            }
+            Ok(end - start)
+        })
     })?;
-    let mut r = BenchResult::measured(spec.name, name, cfg.scale, n, "reads", elapsed);
+    let mut r = BenchResult::measured(
+        spec.name,
+        name,
+        cfg.scale,
+        n * run.passes,
+        "reads",
+        run.elapsed,
+    );
     r.note = Some(format!(
         "{threads} thread(s), each with its own read transaction"
     ));
+    run.note(&mut r);
     Ok(r)
 }
 
@@ -570,7 +695,7 @@ fn concurrent_writers(spec: &Spec, name: &str, cfg: &Config, dir: &Path) -> Resu
         let handles: Vec<_> = (0..WRITER_THREADS)
             .map(|t| {
                 let barrier = &barrier;
-                s.spawn(move || -> Result<Vec<Duration>> {
+                s.spawn(move || -> Result<(Vec<Duration>, Instant)> {
                     let mut lat = Vec::with_capacity(per_thread as usize);
                     barrier.wait();
                     for j in 0..per_thread {
@@ -580,20 +705,24 @@ fn concurrent_writers(spec: &Spec, name: &str, cfg: &Config, dir: &Path) -> Resu
                         engine_ref.write_concurrent(kv)?;
                         lat.push(t0.elapsed());
                     }
-                    Ok(lat)
+                    Ok((lat, Instant::now()))
                 })
             })
             .collect();
-        barrier.wait();
+        // As in read_parallel: the clock starts before any writer can pass the barrier and
+        // stops when the last writer ends.
         let start = Instant::now();
+        barrier.wait();
+        let mut end = start;
         let mut all = Vec::new();
         for h in handles {
-            all.extend(
-                h.join()
-                    .map_err(|_| anyhow::anyhow!("writer thread panicked"))??,
-            );
+            let (lat, done) = h
+                .join()
+                .map_err(|_| anyhow::anyhow!("writer thread panicked"))??;
+            all.extend(lat);
+            end = end.max(done);
         }
-        Ok((start.elapsed(), all))
+        Ok((end - start, all))
     })?;
     let stats = engine.commit_stats();
     drop(engine);
@@ -608,29 +737,278 @@ fn concurrent_writers(spec: &Spec, name: &str, cfg: &Config, dir: &Path) -> Resu
     Ok(r)
 }
 
+/// How long the sustained row runs and how its time is cut into windows.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SustainedPlan {
+    /// A whole number of windows.
+    pub total: Duration,
+    pub window: Duration,
+    pub windows: usize,
+}
+
+/// 60 s × `scale`, at least 5 s, in 5 s windows (1 s windows for a run shorter than 30 s),
+/// rounded up to a whole number of windows.
+pub fn sustained_plan(scale: f64) -> SustainedPlan {
+    let secs = (60.0 * scale).max(5.0);
+    let window = if secs < 30.0 { 1.0 } else { 5.0 };
+    let windows = (secs / window - 1e-9).ceil().max(1.0) as usize;
+    SustainedPlan {
+        total: Duration::from_secs_f64(window * windows as f64),
+        window: Duration::from_secs_f64(window),
+        windows,
+    }
+}
+
+/// Cuts a run into `plan.windows` windows: commit `i` ended `ends[i]` after the start, took
+/// `lat[i]` and wrote `per_commit` operations. A commit that ended after the planned end
+/// counts in the last window, which then lasts until `elapsed`. `files[w]`, when present,
+/// is what the directory held at the end of window `w`.
+pub fn bucket_windows(
+    ends: &[Duration],
+    lat: &[Duration],
+    per_commit: u64,
+    plan: &SustainedPlan,
+    elapsed: Duration,
+    files: &[engines::FileSample],
+) -> Vec<Window> {
+    let n = plan.windows.max(1);
+    let mut ops = vec![0u64; n];
+    let mut lats: Vec<Vec<Duration>> = vec![Vec::new(); n];
+    for (end, l) in ends.iter().zip(lat) {
+        let w = ((end.as_secs_f64() / plan.window.as_secs_f64()) as usize).min(n - 1);
+        ops[w] += per_commit;
+        lats[w].push(*l);
+    }
+    (0..n)
+        .map(|w| {
+            let from = plan.window.as_secs_f64() * w as f64;
+            let to = if w + 1 == n {
+                elapsed.as_secs_f64().max(from + plan.window.as_secs_f64())
+            } else {
+                from + plan.window.as_secs_f64()
+            };
+            let file = files.get(w);
+            Window {
+                t_s: to,
+                ops_per_sec: ops[w] as f64 / (to - from),
+                p99_us: result::percentile(&mut lats[w], 99.0).map(|d| d.as_secs_f64() * 1e6),
+                journal_files: file.and_then(|f| f.journal_files),
+                data_file_bytes: file.and_then(|f| f.data_file_bytes),
+                disk_bytes: file.map(|f| f.disk_bytes),
+            }
+        })
+        .collect()
+}
+
+/// The lowest window's throughput over the median window's.
+pub fn min_window_ratio(windows: &[Window]) -> Option<f64> {
+    let rates: Vec<f64> = windows.iter().map(|w| w.ops_per_sec).collect();
+    let median = result::median(&rates)?;
+    let min = rates.iter().copied().reduce(f64::min)?;
+    (median > 0.0).then(|| min / median)
+}
+
+/// The sustained row: durable transactions of 100 random keys, as `fill_rnd_tx_durable`,
+/// for [`sustained_plan`]'s time on an engine opened with its default durable settings (for
+/// Hrafn `Options::default()`: the flusher and syncs run as they would for a user);
+/// throughput and p99 per window, and the engine's files counted at each window's end.
+fn sustained(spec: &Spec, name: &str, cfg: &Config, dir: &Path) -> Result<BenchResult> {
+    let plan = sustained_plan(cfg.scale);
+    let values = Values::new(9);
+    let mut rng = StdRng::seed_from_u64(90);
+    let mut keys = vec![0u8; RND_TX_KEYS * KEY_LEN];
+    let engine = engines::open_default(name, dir)?;
+    let mut ends = Vec::new();
+    let mut lat = Vec::new();
+    let mut files = Vec::with_capacity(plan.windows);
+    let mut next_sample = plan.window;
+    let mut t = 0u64;
+    let start = Instant::now();
+    while start.elapsed() < plan.total {
+        rng.fill_bytes(&mut keys);
+        let t0 = Instant::now();
+        engine.write(&mut |w| {
+            for (j, key) in keys.chunks_exact(KEY_LEN).enumerate() {
+                w.put(key, values.get(t * RND_TX_KEYS as u64 + j as u64))?;
+            }
+            Ok(())
+        })?;
+        let end = t0.elapsed();
+        lat.push(end);
+        let since = start.elapsed();
+        ends.push(since);
+        t += 1;
+        while since >= next_sample && files.len() + 1 < plan.windows {
+            files.push(engines::file_sample(name, dir)?);
+            next_sample += plan.window;
+        }
+    }
+    let elapsed = start.elapsed();
+    files.push(engines::file_sample(name, dir)?);
+    drop(engine);
+    let windows = bucket_windows(&ends, &lat, RND_TX_KEYS as u64, &plan, elapsed, &files);
+    let ops = t * RND_TX_KEYS as u64;
+    let mut r = BenchResult::measured(spec.name, name, cfg.scale, ops, "entries", elapsed)
+        .with_latencies(&mut lat);
+    r.commits = Some(t);
+    r.min_window_ratio = min_window_ratio(&windows);
+    r.journal_files_max = windows.iter().filter_map(|w| w.journal_files).max();
+    r.note = Some(format!(
+        "{t} txns in {:.0} s, {} windows of {} s; lowest window {} of the median window",
+        elapsed.as_secs_f64(),
+        windows.len(),
+        plan.window.as_secs(),
+        r.min_window_ratio
+            .map_or_else(|| "-".to_string(), |x| format!("{x:.2}×")),
+    ));
+    r.windows = Some(windows);
+    Ok(r)
+}
+
+/// Transactions a journal_bytes row measures: 1,000 (scaled), at least 100.
+fn journal_bytes_txns(cfg: &Config) -> u64 {
+    cfg.n(1_000).max(100)
+}
+
+/// Entries per transaction of the untimed fill of the journal_bytes rows.
+const JOURNAL_BYTES_FILL_TXN: usize = 10_000;
+
+/// The journal_bytes rows: fill a tree with `cfg.entries()` random 16-byte keys (untimed),
+/// then durable transactions of 100 random new keys (`update` false) or overwriting the
+/// values of 100 distinct random existing keys (`update` true), with the engine's journal
+/// counters read before and after: bytes journaled per transaction against the whole pages
+/// those transactions changed.
+fn journal_bytes(
+    spec: &Spec,
+    name: &str,
+    cfg: &Config,
+    dir: &Path,
+    update: bool,
+) -> Result<BenchResult> {
+    let n = cfg.entries() as usize;
+    let txns = journal_bytes_txns(cfg);
+    let values = Values::new(10);
+    let mut rng = StdRng::seed_from_u64(100);
+    let mut keys = vec![0u8; n * KEY_LEN];
+    rng.fill_bytes(&mut keys);
+    let engine = engines::open(name, dir, true)?;
+    for (c, chunk) in keys.chunks(JOURNAL_BYTES_FILL_TXN * KEY_LEN).enumerate() {
+        engine.write(&mut |w| {
+            for (j, key) in chunk.chunks_exact(KEY_LEN).enumerate() {
+                w.put(key, values.get((c * JOURNAL_BYTES_FILL_TXN + j) as u64))?;
+            }
+            Ok(())
+        })?;
+    }
+    let before = engine.journal_counters().with_context(|| {
+        format!("{name} reports no journal counters; the journal_bytes rows are for hrafn")
+    })?;
+    let mut batch = vec![0u8; RND_TX_KEYS * KEY_LEN];
+    let mut lat = Vec::with_capacity(txns as usize);
+    let start = Instant::now();
+    for t in 0..txns {
+        if update {
+            for (slot, i) in rand::seq::index::sample(&mut rng, n, RND_TX_KEYS.min(n))
+                .into_iter()
+                .enumerate()
+            {
+                batch[slot * KEY_LEN..][..KEY_LEN].copy_from_slice(&keys[i * KEY_LEN..][..KEY_LEN]);
+            }
+        } else {
+            rng.fill_bytes(&mut batch);
+        }
+        // Value offsets past the fill's: an update writes different bytes.
+        let first = (n as u64 + t * RND_TX_KEYS as u64) * 13;
+        let t0 = Instant::now();
+        engine.write(&mut |w| {
+            for (j, key) in batch.chunks_exact(KEY_LEN).enumerate() {
+                w.put(key, values.get(first + j as u64))?;
+            }
+            Ok(())
+        })?;
+        lat.push(t0.elapsed());
+    }
+    let elapsed = start.elapsed();
+    let after = engine
+        .journal_counters()
+        .context("journal counters after the measured part")?;
+    drop(engine);
+    let commits = after.commits - before.commits;
+    ensure!(
+        commits == txns,
+        "{commits} commits journaled for {txns} transactions"
+    );
+    let per_txn = |a: u64, b: u64| (a - b) as f64 / txns as f64;
+    let journal_bytes_per_txn = per_txn(after.journal_bytes_written, before.journal_bytes_written);
+    let page_bytes_per_txn = per_txn(after.dirty_page_bytes, before.dirty_page_bytes);
+    let jb = JournalBytes {
+        txns,
+        journal_bytes_per_txn,
+        payload_bytes_per_txn: per_txn(after.journal_payload_bytes, before.journal_payload_bytes),
+        page_bytes_per_txn,
+        pages_per_txn: page_bytes_per_txn / PAGE_SIZE as f64,
+        ratio: if page_bytes_per_txn > 0.0 {
+            journal_bytes_per_txn / page_bytes_per_txn
+        } else {
+            0.0
+        },
+    };
+    let mut r = BenchResult::measured(spec.name, name, cfg.scale, txns, "txns", elapsed)
+        .with_latencies(&mut lat);
+    r.commits = Some(txns);
+    r.note = Some(format!(
+        "{txns} durable txns of {RND_TX_KEYS} {} into a tree of {n} keys: {:.0} journal bytes \
+         and {:.1} pages ({:.0} bytes) per txn, ratio {:.3}",
+        if update { "overwrites" } else { "new keys" },
+        jb.journal_bytes_per_txn,
+        jb.pages_per_txn,
+        jb.page_bytes_per_txn,
+        jb.ratio
+    ));
+    r.journal = Some(jb);
+    Ok(r)
+}
+
+/// Hrafn's page size: `Stats::dirty_page_bytes` counts whole pages of this size.
+#[cfg(feature = "hrafn")]
+pub const PAGE_SIZE: u64 = hrafn::limits::PAGE_SIZE_BYTES as u64;
+#[cfg(not(feature = "hrafn"))]
+pub const PAGE_SIZE: u64 = 8192;
+
 fn range_scan_full(spec: &Spec, name: &str, cfg: &Config, dir: &Path) -> Result<BenchResult> {
     let n = cfg.entries();
     let values = Values::new(7);
     let engine = filled(name, dir, n, &values)?;
-    let mut bytes = 0usize;
-    let start = Instant::now();
-    let mut seen = 0;
-    engine.read(&mut |r| {
-        seen = r.scan(b"", None, &mut |k, v| bytes += k.len() + v.len())?;
-        Ok(())
+    let run = sized(|passes| {
+        let start = Instant::now();
+        for _ in 0..passes {
+            let mut bytes = 0usize;
+            let mut seen = 0;
+            engine.read(&mut |r| {
+                seen = r.scan(b"", None, &mut |k, v| bytes += k.len() + v.len())?;
+                Ok(())
+            })?;
+            ensure!(
+                seen as u64 == n,
+                "full scan saw {seen} entries, expected {n}"
+            );
+            ensure!(
+                bytes == n as usize * (KEY_LEN + VALUE_LEN),
+                "full scan saw {bytes} bytes"
+            );
+        }
+        Ok(start.elapsed())
     })?;
-    let elapsed = start.elapsed();
-    ensure!(
-        seen as u64 == n,
-        "full scan saw {seen} entries, expected {n}"
+    let mut r = BenchResult::measured(
+        spec.name,
+        name,
+        cfg.scale,
+        n * run.passes,
+        "entries",
+        run.elapsed,
     );
-    ensure!(
-        bytes == n as usize * (KEY_LEN + VALUE_LEN),
-        "full scan saw {bytes} bytes"
-    );
-    Ok(BenchResult::measured(
-        spec.name, name, cfg.scale, n, "entries", elapsed,
-    ))
+    run.note(&mut r);
+    Ok(r)
 }
 
 const SCAN_LEN: usize = 100;
@@ -647,22 +1025,35 @@ fn range_scan_rnd100(spec: &Spec, name: &str, cfg: &Config, dir: &Path) -> Resul
         .collect();
     let mut lat = Vec::with_capacity(scans as usize);
     let want = SCAN_LEN.min(n as usize);
-    let start = Instant::now();
-    engine.read(&mut |r| {
-        for key in &starts {
-            let t0 = Instant::now();
-            let got = r.scan(key, Some(SCAN_LEN), &mut |_, _| {})?;
-            lat.push(t0.elapsed());
-            ensure!(got == want, "scan returned {got} entries, expected {want}");
+    let run = sized(|passes| {
+        lat.clear();
+        let start = Instant::now();
+        for _ in 0..passes {
+            engine.read(&mut |r| {
+                for key in &starts {
+                    let t0 = Instant::now();
+                    let got = r.scan(key, Some(SCAN_LEN), &mut |_, _| {})?;
+                    lat.push(t0.elapsed());
+                    ensure!(got == want, "scan returned {got} entries, expected {want}");
+                }
+                Ok(())
+            })?;
         }
-        Ok(())
+        Ok(start.elapsed())
     })?;
-    let elapsed = start.elapsed();
-    let mut r = BenchResult::measured(spec.name, name, cfg.scale, scans, "scans", elapsed)
-        .with_latencies(&mut lat);
+    let mut r = BenchResult::measured(
+        spec.name,
+        name,
+        cfg.scale,
+        scans * run.passes,
+        "scans",
+        run.elapsed,
+    )
+    .with_latencies(&mut lat);
     r.note = Some(format!(
         "{scans} scans of {SCAN_LEN} entries in one read txn"
     ));
+    run.note(&mut r);
     Ok(r)
 }
 
@@ -729,48 +1120,63 @@ fn u64_rows(
         ));
     }
     let engine = engines::open(name, dir, false)?;
-    if what == U64::Scan {
-        let start = Instant::now();
-        let mut scan = |r: &dyn Reader| -> Result<()> {
-            let seen = r.scan(&[], None, &mut |_, _| {})?;
-            ensure!(seen as u64 == n, "scanned {seen} of {n} entries");
-            Ok(())
-        };
+    let read_with = |f: &mut dyn FnMut(&dyn Reader) -> Result<()>| {
         if fixed {
-            engine.read_u64(&mut scan)?;
+            engine.read_u64(f)
         } else {
-            engine.read(&mut scan)?;
+            engine.read(f)
         }
-        return Ok(BenchResult::measured(
+    };
+    if what == U64::Scan {
+        let run = sized(|passes| {
+            let start = Instant::now();
+            for _ in 0..passes {
+                read_with(&mut |r: &dyn Reader| -> Result<()> {
+                    let seen = r.scan(&[], None, &mut |_, _| {})?;
+                    ensure!(seen as u64 == n, "scanned {seen} of {n} entries");
+                    Ok(())
+                })?;
+            }
+            Ok(start.elapsed())
+        })?;
+        let mut r = BenchResult::measured(
             spec.name,
             name,
             cfg.scale,
-            n,
+            n * run.passes,
             "entries",
-            start.elapsed(),
-        ));
+            run.elapsed,
+        );
+        run.note(&mut r);
+        return Ok(r);
     }
     let mut order = keys;
     order.shuffle(&mut rng);
-    let start = Instant::now();
-    let mut read = |r: &dyn Reader| -> Result<()> {
-        for &k in &order {
-            match r.get(&k.to_be_bytes())? {
-                Some(U64_VALUE_LEN) => {}
-                other => bail!("key {k}: {other:?}"),
-            }
+    let run = sized(|passes| {
+        let start = Instant::now();
+        for _ in 0..passes {
+            read_with(&mut |r: &dyn Reader| -> Result<()> {
+                for &k in &order {
+                    match r.get(&k.to_be_bytes())? {
+                        Some(U64_VALUE_LEN) => {}
+                        other => bail!("key {k}: {other:?}"),
+                    }
+                }
+                Ok(())
+            })?;
         }
-        Ok(())
-    };
-    if fixed {
-        engine.read_u64(&mut read)?;
-    } else {
-        engine.read(&mut read)?;
-    }
-    let elapsed = start.elapsed();
-    Ok(BenchResult::measured(
-        spec.name, name, cfg.scale, n, "reads", elapsed,
-    ))
+        Ok(start.elapsed())
+    })?;
+    let mut r = BenchResult::measured(
+        spec.name,
+        name,
+        cfg.scale,
+        n * run.passes,
+        "reads",
+        run.elapsed,
+    );
+    run.note(&mut r);
+    Ok(r)
 }
 
 /// The table rows: records of a 16-byte name (a thousand records share each), a unique
@@ -806,15 +1212,26 @@ fn table_rows(spec: &Spec, name: &str, cfg: &Config, dir: &Path, get: bool) -> R
     }
     let engine = engines::open(name, dir, false)?;
     ids.shuffle(&mut rng);
-    let start = Instant::now();
-    let bytes = engine.table_get(&ids)?;
-    let elapsed = start.elapsed();
-    if bytes < n * VALUE_LEN as u64 {
-        bail!("read {bytes} bytes of {n} records");
-    }
-    Ok(BenchResult::measured(
-        spec.name, name, cfg.scale, n, "reads", elapsed,
-    ))
+    let run = sized(|passes| {
+        let start = Instant::now();
+        for _ in 0..passes {
+            let bytes = engine.table_get(&ids)?;
+            if bytes < n * VALUE_LEN as u64 {
+                bail!("read {bytes} bytes of {n} records");
+            }
+        }
+        Ok(start.elapsed())
+    })?;
+    let mut r = BenchResult::measured(
+        spec.name,
+        name,
+        cfg.scale,
+        n * run.passes,
+        "reads",
+        run.elapsed,
+    );
+    run.note(&mut r);
+    Ok(r)
 }
 
 #[cfg(test)]
@@ -874,11 +1291,164 @@ mod tests {
             };
             for engine in engines {
                 let dir = tempfile::tempdir().expect("tempdir");
-                let r = run(spec, engine, &cfg, dir.path())
-                    .unwrap_or_else(|e| panic!("{} on {engine}: {e:#}", spec.name));
+                let outcome = run(spec, engine, &cfg, dir.path());
+                if spec.hrafn_only && engine != "hrafn" {
+                    let e = outcome.expect_err("a Hrafn-only row fails on a peer");
+                    assert!(format!("{e:#}").contains("journal counters"), "{e:#}");
+                    continue;
+                }
+                let r = outcome.unwrap_or_else(|e| panic!("{} on {engine}: {e:#}", spec.name));
                 assert!(r.ops > 0 && r.ops_per_sec > 0.0, "{}: {r:?}", spec.name);
                 assert_eq!(r.disk_bytes.is_some(), !spec.raw_disk, "{}", spec.name);
+                if spec.name == "sustained_rnd_durable" {
+                    let windows = r.windows.as_ref().expect("windows");
+                    assert_eq!(windows.len(), 5, "5 s in 1 s windows");
+                    assert!(r.min_window_ratio.is_some());
+                    let journals = matches!(engine, "hrafn" | "rocksdb");
+                    assert_eq!(r.journal_files_max.is_some(), journals, "{engine}");
+                    assert!(windows.iter().all(|w| w.disk_bytes.is_some()));
+                }
+                if spec.hrafn_only {
+                    let j = r.journal.as_ref().expect("journal bytes");
+                    assert!(j.journal_bytes_per_txn > 0.0 && j.page_bytes_per_txn > 0.0);
+                    assert!(j.ratio > 0.0, "{j:?}");
+                }
             }
         }
+    }
+
+    #[test]
+    fn cpu_bound_rows_run_three_times() {
+        for name in [
+            "read_seq",
+            "read_parallel_t1",
+            "read_parallel_t2",
+            "read_parallel_t4",
+            "fill_rnd_tx_nosync",
+            "range_scan_full",
+            "range_scan_rnd100",
+            "u64_insert_fixed",
+            "u64_get_btree",
+            "u64_append_btree",
+            "table_insert",
+            "table_get_by_id",
+        ] {
+            assert_eq!(spec(name).expect("row").rounds, 3, "{name}");
+        }
+        for name in ["fill_seq", "fill_rnd_tx_durable", "sustained_rnd_durable"] {
+            assert_eq!(spec(name).expect("row").rounds, 1, "{name}");
+        }
+    }
+
+    #[test]
+    fn sustained_runs_whole_windows() {
+        let plan = |scale: f64| {
+            let p = sustained_plan(scale);
+            (p.total.as_secs_f64(), p.window.as_secs_f64(), p.windows)
+        };
+        assert_eq!(plan(1.0), (60.0, 5.0, 12));
+        assert_eq!(plan(0.2), (12.0, 1.0, 12));
+        assert_eq!(plan(0.05), (5.0, 1.0, 5), "at least 5 s");
+        assert_eq!(
+            plan(0.6),
+            (40.0, 5.0, 8),
+            "36 s rounded up to whole windows"
+        );
+        assert_eq!(plan(0.45), (27.0, 1.0, 27));
+        assert_eq!(plan(0.5), (30.0, 5.0, 6));
+    }
+
+    #[test]
+    fn commits_are_bucketed_by_the_window_they_end_in() {
+        let plan = sustained_plan(0.05); // 5 windows of 1 s
+        let ms = Duration::from_millis;
+        // Window 0: two commits; window 1: none; window 2: one; the last window also takes
+        // the commit that ended after the planned 5 s.
+        let ends = [ms(100), ms(999), ms(2_500), ms(4_200), ms(5_100)];
+        let lat = [ms(1), ms(3), ms(2), ms(4), ms(8)];
+        let files = vec![
+            engines::FileSample {
+                journal_files: Some(3),
+                data_file_bytes: Some(10),
+                disk_bytes: 20,
+            };
+            5
+        ];
+        let w = bucket_windows(&ends, &lat, 100, &plan, ms(5_200), &files);
+        assert_eq!(w.len(), 5);
+        let rates: Vec<f64> = w.iter().map(|w| w.ops_per_sec).collect();
+        assert_eq!(rates[..4], [200.0, 0.0, 100.0, 0.0]);
+        // The last window runs from 4 s to 5.2 s.
+        assert!((rates[4] - 200.0 / 1.2).abs() < 1e-9, "{rates:?}");
+        assert_eq!(w[4].t_s, 5.2);
+        assert_eq!(w[0].t_s, 1.0);
+        assert_eq!(w[0].p99_us, Some(3_000.0));
+        assert_eq!(w[1].p99_us, None);
+        assert_eq!(w[4].p99_us, Some(8_000.0));
+        assert_eq!(w[2].journal_files, Some(3));
+        // Lowest window (0) over the median (100).
+        assert_eq!(min_window_ratio(&w), Some(0.0));
+        let even: Vec<Window> = [100.0, 50.0, 80.0, 120.0]
+            .iter()
+            .map(|&ops_per_sec| Window {
+                t_s: 1.0,
+                ops_per_sec,
+                p99_us: None,
+                journal_files: None,
+                data_file_bytes: None,
+                disk_bytes: None,
+            })
+            .collect();
+        assert_eq!(min_window_ratio(&even), Some(50.0 / 90.0));
+        assert_eq!(min_window_ratio(&[]), None);
+    }
+
+    #[test]
+    fn short_parts_are_sized_up() {
+        let ms = Duration::from_millis;
+        assert_eq!(passes_for(ms(10)), 10);
+        assert_eq!(passes_for(ms(49)), 3);
+        assert!((100_000..=1_000_000).contains(&passes_for(Duration::ZERO)));
+        // 10 ms per pass: sized up to 10 passes, the first pass not counted.
+        let mut calls = Vec::new();
+        let s = sized(|passes| {
+            calls.push(passes);
+            Ok(ms(10) * passes as u32)
+        })
+        .expect("sized");
+        assert_eq!(calls, [1, 10]);
+        assert_eq!((s.passes, s.elapsed, s.first), (10, ms(100), Some(ms(10))));
+        let mut r = BenchResult::measured("x", "y", 1.0, 1, "reads", s.elapsed);
+        s.note(&mut r);
+        assert_eq!(r.passes, Some(10));
+        assert!(r.note.as_deref().unwrap_or("").contains("10 passes"));
+        // Long enough at once: run once, nothing noted.
+        let s = sized(|passes| Ok(ms(60) * passes as u32)).expect("sized");
+        assert_eq!((s.passes, s.first), (1, None));
+        let mut r = BenchResult::measured("x", "y", 1.0, 1, "reads", s.elapsed);
+        s.note(&mut r);
+        assert_eq!((r.passes, r.note), (None, None));
+        // Warm passes faster than the first: sized again until long enough.
+        let mut calls = Vec::new();
+        let s = sized(|passes| {
+            calls.push(passes);
+            Ok(if passes == 1 {
+                ms(20)
+            } else {
+                ms(1) * passes as u32
+            })
+        })
+        .expect("sized");
+        assert_eq!(calls, [1, 5, 100]);
+        assert_eq!((s.passes, s.elapsed), (100, ms(100)));
+        // A part that never gets long enough stops after a few tries.
+        let mut calls = 0;
+        let s = sized(|_| {
+            calls += 1;
+            Ok(ms(1))
+        })
+        .expect("sized");
+        assert_eq!(calls, SIZING_TRIES);
+        assert!(s.elapsed < MIN_MEASURED);
     }
 }

@@ -21,7 +21,11 @@ impl Hrafn {
         } else {
             Durability::None
         };
-        let opts = Options::default().durability(durability);
+        Self::open_with(dir, Options::default().durability(durability))
+    }
+
+    /// Opens with `opts` as given (the sustained row passes `Options::default()`).
+    pub fn open_with(dir: &Path, opts: Options) -> Result<Self> {
         let env = Environment::open(dir, opts).context("opening hrafn environment")?;
         let this = Hrafn {
             env,
@@ -217,6 +221,16 @@ impl Engine for Hrafn {
                 stats.merged_transactions,
                 stats.merged_requests as f64 / stats.merged_transactions as f64
             )
+        })
+    }
+
+    fn journal_counters(&self) -> Option<super::JournalCounters> {
+        let stats = self.env.stats();
+        Some(super::JournalCounters {
+            commits: stats.commits,
+            journal_bytes_written: stats.journal_bytes_written,
+            journal_payload_bytes: stats.journal_payload_bytes,
+            dirty_page_bytes: stats.dirty_page_bytes,
         })
     }
 

@@ -43,6 +43,11 @@ pub trait Engine: Send + Sync {
         None
     }
 
+    /// The engine's own journal counters, for engines that report them (Hrafn).
+    fn journal_counters(&self) -> Option<JournalCounters> {
+        None
+    }
+
     /// Runs `f` inside one read transaction (a consistent snapshot).
     fn read(&self, f: &mut dyn FnMut(&dyn Reader) -> Result<()>) -> Result<()>;
 
@@ -73,6 +78,64 @@ pub trait Engine: Send + Sync {
         let _ = ids;
         bail!("the table rows are not written for this engine")
     }
+}
+
+/// Cumulative counters of an engine's journal since it was opened (Hrafn: from
+/// `Environment::stats()`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JournalCounters {
+    /// Commits that wrote a journal record (`Stats::commits`).
+    pub commits: u64,
+    /// Bytes written to journals, record headers and padding included
+    /// (`Stats::journal_bytes_written`).
+    pub journal_bytes_written: u64,
+    /// Page diff bytes before compression (`Stats::journal_payload_bytes`).
+    pub journal_payload_bytes: u64,
+    /// Whole pages changed by commits, in bytes, before diffing (`Stats::dirty_page_bytes`).
+    pub dirty_page_bytes: u64,
+}
+
+/// Files of an engine's directory that show how it keeps up over time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FileSample {
+    /// Hrafn: files in `journal/`; RocksDB: WAL files (`*.log`); `None` for the others.
+    pub journal_files: Option<u64>,
+    /// Hrafn: `data.hrafn`; LMDB: `data.mdb`; redb: `bench.redb`; `None` for RocksDB.
+    pub data_file_bytes: Option<u64>,
+    /// All files in the directory.
+    pub disk_bytes: u64,
+}
+
+/// Looks at engine `name`'s directory `dir` (see [`FileSample`]).
+pub fn file_sample(name: &str, dir: &Path) -> Result<FileSample> {
+    let count = |dir: &Path, keep: &dyn Fn(&str) -> bool| -> Result<u64> {
+        let mut n = 0;
+        if dir.exists() {
+            for entry in std::fs::read_dir(dir)? {
+                let entry = entry?;
+                if entry.file_type()?.is_file() && keep(&entry.file_name().to_string_lossy()) {
+                    n += 1;
+                }
+            }
+        }
+        Ok(n)
+    };
+    let len = |file: &str| std::fs::metadata(dir.join(file)).ok().map(|m| m.len());
+    let (journal_files, data_file_bytes) = match name {
+        "hrafn" => (
+            Some(count(&dir.join("journal"), &|_| true)?),
+            len("data.hrafn"),
+        ),
+        "rocksdb" => (Some(count(dir, &|f| f.ends_with(".log"))?), None),
+        "lmdb" => (None, len("data.mdb")),
+        "redb" => (None, len("bench.redb")),
+        _ => (None, None),
+    };
+    Ok(FileSample {
+        journal_files,
+        data_file_bytes,
+        disk_bytes: crate::sys::dir_bytes(dir)?,
+    })
 }
 
 /// One record of the table rows.
@@ -141,6 +204,21 @@ pub fn durability_setting(name: &str, durable: bool) -> &'static str {
     }
 }
 
+/// Opens engine `name` in `dir` with the engine's default settings for a user who wants
+/// durable commits: Hrafn with `Options::default()` unchanged (durable, its flusher and
+/// syncs at their defaults), the peers as [`open`] with `durable` set.
+pub fn open_default(name: &str, dir: &Path) -> Result<Box<dyn Engine>> {
+    #[cfg(feature = "hrafn")]
+    if name == "hrafn" {
+        std::fs::create_dir_all(dir)?;
+        return Ok(Box::new(hrafn_engine::Hrafn::open_with(
+            dir,
+            hrafn::Options::default(),
+        )?));
+    }
+    open(name, dir, true)
+}
+
 /// Opens (creating if needed) engine `name` in `dir`. `durable` selects an fsync per commit.
 pub fn open(name: &str, dir: &Path, durable: bool) -> Result<Box<dyn Engine>> {
     std::fs::create_dir_all(dir)?;
@@ -161,6 +239,32 @@ pub fn open(name: &str, dir: &Path, durable: bool) -> Result<Box<dyn Engine>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The sustained row's look at each engine's directory finds its files.
+    #[test]
+    fn file_samples_see_each_engines_files() {
+        #[cfg(feature = "hrafn")]
+        assert_eq!(hrafn::DATA_FILE, "data.hrafn", "file_sample names it");
+        for name in ALL_ENGINES.iter().copied().filter(|n| compiled_in(n)) {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let engine = open_default(name, dir.path()).expect("open");
+            engine
+                .write(&mut |w| w.put(b"key", &[7; 100]))
+                .expect("write");
+            let sample = file_sample(name, dir.path()).expect("sample");
+            assert!(sample.disk_bytes > 0, "{name}: {sample:?}");
+            match name {
+                "hrafn" => assert!(sample.journal_files.is_some_and(|n| n > 0), "{sample:?}"),
+                "rocksdb" => assert!(sample.journal_files.is_some(), "{sample:?}"),
+                _ => assert_eq!(sample.journal_files, None, "{name}"),
+            }
+            assert_eq!(
+                sample.data_file_bytes.is_some_and(|b| b > 0),
+                name != "rocksdb",
+                "{name}: {sample:?}"
+            );
+        }
+    }
 
     /// Every compiled-in engine round-trips the same small data set through the trait.
     #[test]
