@@ -407,6 +407,10 @@ pub(crate) struct EnvInner {
     /// Allocated size of the data file (see `flush::grow_data_file`).
     pub data_allocated_bytes: AtomicU64,
     pub flusher: Flusher,
+    /// Page tables a commit no longer needs that may hold the last references to copies
+    /// a flush wrote out: the flusher thread drops them, so that freeing thousands of
+    /// copies never lands on a commit.
+    pub retired: Mutex<Vec<crate::scratch::Ptt>>,
     pub merger: Merger,
     pub access: Access,
 }
@@ -461,6 +465,7 @@ impl EnvInner {
             flush_log: Mutex::default(),
             data_allocated_bytes: AtomicU64::new(o.data_len),
             flusher: Flusher::default(),
+            retired: Mutex::new(Vec::new()),
             merger: Merger::default(),
             options: o.options,
             access: o.access,

@@ -61,6 +61,7 @@ struct Signal {
     kicked: bool,
     shutdown: bool,
     rotated: bool,
+    retired: bool,
 }
 
 /// What one wake of the flusher thread found.
@@ -93,6 +94,12 @@ impl Flusher {
         self.condvar.notify_one();
     }
 
+    /// Tells the flusher a page table waits in [`EnvInner::retired`] to be dropped.
+    pub fn retired(&self) {
+        self.signal.lock().retired = true;
+        self.condvar.notify_one();
+    }
+
     /// Asks the thread to flush everything and stop.
     pub fn shutdown(&self) {
         self.signal.lock().shutdown = true;
@@ -103,10 +110,11 @@ impl Flusher {
     fn wait(&self, timeout: Duration) -> Wake {
         let mut signal = self.signal.lock();
         let mut timed_out = false;
-        if !signal.kicked && !signal.shutdown && !signal.rotated {
+        if !signal.kicked && !signal.shutdown && !signal.rotated && !signal.retired {
             timed_out = self.condvar.wait_for(&mut signal, timeout).timed_out();
         }
         signal.rotated = false;
+        signal.retired = false;
         Wake {
             stop: signal.shutdown,
             kicked: std::mem::take(&mut signal.kicked),
@@ -160,8 +168,13 @@ pub(crate) fn spawn(inner: Arc<EnvInner>) -> Result<std::thread::JoinHandle<()>>
             let mut spares = SpareMaker::default();
             loop {
                 let wake = inner.flusher.wait(interval);
-                let commits = inner.counters.commits.load(Ordering::Relaxed);
-                let idle = std::mem::replace(&mut commits_seen, commits) == commits;
+                drop(std::mem::take(&mut *inner.retired.lock()));
+                // Idle = no commit over a whole interval: judged on the timer's ticks
+                // only, whatever woke the thread in between.
+                let idle = wake.timed_out && {
+                    let commits = inner.counters.commits.load(Ordering::Relaxed);
+                    std::mem::replace(&mut commits_seen, commits) == commits
+                };
                 let plan = if wake.stop {
                     Plan {
                         flush: true,

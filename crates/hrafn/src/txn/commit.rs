@@ -57,25 +57,28 @@ pub(crate) fn with_pages(ptt: &Ptt, pages: &[(u64, Arc<PageBuf>)], txn_id: u64) 
 
 /// Publishes transaction `txn_id` (its `pages`, built on `base_ptt` into `ptt`) on top of
 /// the current state, which the flusher may have changed since: `ptt` is reused only if it
-/// did not. The caller holds the publish lock.
+/// did not. Returns whether it did not (the flusher dropped entries `base_ptt` still
+/// holds). The caller holds the publish lock.
 pub(crate) fn publish(
     cell: &StateCell<State>,
     txn_id: u64,
     base_ptt: &Ptt,
     ptt: &Ptt,
     pages: &[(u64, Arc<PageBuf>)],
-) {
+) -> bool {
     let current = cell.load_full();
-    let ptt = if current.ptt.ptr_eq(base_ptt) {
-        ptt.clone()
-    } else {
+    let flushed_meanwhile = !current.ptt.ptr_eq(base_ptt);
+    let ptt = if flushed_meanwhile {
         with_pages(&current.ptt, pages, txn_id)
+    } else {
+        ptt.clone()
     };
     cell.store(Arc::new(State {
         txn_id,
         ptt,
         data: current.data.clone(),
     }));
+    flushed_meanwhile
 }
 
 impl Prepared<'_> {
@@ -158,13 +161,19 @@ impl Prepared<'_> {
                 .flat_map(|(first, buf)| *first..*first + buf.page_count() as u64)
                 .collect();
             env.flush_log.lock().record(self.txn_id, written);
-            publish(
+            let flushed_meanwhile = publish(
                 &env.state,
                 self.txn_id,
                 &self.base_ptt,
                 &self.ptt,
                 &self.pages,
             );
+            if flushed_meanwhile {
+                // The base table may now hold the last references to what the flush
+                // wrote: freeing those copies is the flusher's work, not this commit's.
+                env.retired.lock().push(std::mem::take(&mut self.base_ptt));
+                env.flusher.retired();
+            }
         }
         // Still under the journal lock: publishes happen in transaction order too.
         drop(guard);
