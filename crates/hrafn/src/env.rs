@@ -57,7 +57,10 @@ pub enum Durability {
 pub struct Options {
     /// When commits are durable.
     pub durability: Durability,
-    /// Size of a preallocated journal file; a larger record gets a file of its own size.
+    /// Largest size of a preallocated journal file: the first is 1 MiB (or this, if
+    /// smaller) and each rotation doubles the size up to this, so a small environment keeps
+    /// small journals and a busy one rotates rarely. A larger record gets a file of its own
+    /// size.
     pub journal_file_size_bytes: u64,
     /// Journal files the flusher thread keeps ready for rotation, counting retired ones,
     /// by zero-filling spares in the background, so that a commit filling its journal does
@@ -238,7 +241,7 @@ impl Default for Options {
     fn default() -> Options {
         Options {
             durability: Durability::Immediate,
-            journal_file_size_bytes: 4 << 20,
+            journal_file_size_bytes: 32 << 20,
             journal_spare_files: 2,
             flush_threshold_bytes: 32 << 20,
             flush_interval_ms: 100,

@@ -274,9 +274,14 @@ impl SpareMaker {
             return;
         }
         self.failed_at = None;
+        // Sized for the writer's next rotation, which doubles its file size.
+        let size_bytes = inner
+            .journal_index
+            .lock()
+            .next_file_size_bytes(options.journal_file_size_bytes);
         if let Err(error) = spare::top_up(
             &*inner.storage,
-            options.journal_file_size_bytes,
+            size_bytes,
             options.journal_spare_files,
             &inner.journal_index,
         ) {
@@ -591,7 +596,12 @@ pub(crate) fn recycle_or_remove(
         .and_then(|f| f.len())
         .map_err(|e| Error::io(format!("sizing {name}"), e))?;
     let mut index = index.lock();
-    if size <= options.journal_file_size_bytes && index.recyclable.len() < 2 {
+    // Files smaller than what the writer now makes go: reusing them would keep journals
+    // small under load.
+    if size <= options.journal_file_size_bytes
+        && size >= index.file_size_bytes
+        && index.recyclable.len() < 2
+    {
         index.recyclable.push(number);
         return Ok(());
     }

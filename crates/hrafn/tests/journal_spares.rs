@@ -9,10 +9,13 @@ use std::time::{Duration, Instant};
 const JOURNAL_BYTES: u64 = 64 * 1024;
 
 fn options() -> Options {
-    Options::default().journal_file_size_bytes(JOURNAL_BYTES).journal_spare_files(2).// No data-file sync during the test(no journal retires).so every rotation needs a
-        // new file(so every rotation needs a
-        // new file).and only spares can spare the writer the zero-filling.
-        sync_interval_ms(3_600_000).sync_threshold_bytes(1 << 40)
+    // No data-file sync during the test (no journal retires), so every rotation needs a
+    // new file and only spares can spare the writer the zero-filling.
+    Options::default()
+        .journal_file_size_bytes(JOURNAL_BYTES)
+        .journal_spare_files(2)
+        .sync_interval_ms(3_600_000)
+        .sync_threshold_bytes(1 << 40)
 }
 
 fn spare_files(dir: &Path) -> usize {
@@ -94,4 +97,45 @@ fn rotations_use_spares_made_in_the_background_and_close_removes_them() {
     let rtx = env.begin_read().expect("read");
     let t = rtx.open_tree("t").expect("tree");
     assert_eq!(t.len(), u64::from(rounds) * 15);
+}
+
+/// Journal files start at 1 MiB and double at each rotation up to the configured size: a
+/// small environment keeps small journals, one under load rotates rarely.
+#[test]
+fn journals_start_small_and_grow_to_the_configured_size() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let options = Options::default()
+        .journal_file_size_bytes(8 << 20)
+        .journal_spare_files(0)
+        .sync_interval_ms(3_600_000)
+        .sync_threshold_bytes(1 << 40);
+    let env = Environment::open(dir.path(), options).expect("open");
+    let mut sizes = std::collections::BTreeMap::new();
+    let mut record = |dir: &Path| {
+        for e in std::fs::read_dir(dir.join("journal")).expect("journal dir") {
+            let e = e.expect("entry");
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.ends_with(".journal") {
+                sizes.insert(name, e.metadata().expect("metadata").len());
+            }
+        }
+    };
+    record(dir.path());
+    let mut rng = StdRng::seed_from_u64(5);
+    let mut value = vec![0u8; 100_000];
+    for i in 0..400u32 {
+        rng.fill_bytes(&mut value);
+        let mut wtx = env.begin_write().expect("write");
+        wtx.open_tree("t")
+            .expect("tree")
+            .insert(i.to_be_bytes(), &value)
+            .expect("insert");
+        wtx.commit().expect("commit");
+        record(dir.path());
+    }
+    let sizes: Vec<u64> = sizes.into_values().collect();
+    assert_eq!(sizes[0], 1 << 20, "{sizes:?}");
+    assert!(sizes.windows(2).all(|w| w[0] <= w[1]), "{sizes:?}");
+    assert_eq!(sizes[1..4], [2 << 20, 4 << 20, 8 << 20], "{sizes:?}");
+    assert_eq!(*sizes.last().expect("files"), 8 << 20, "{sizes:?}");
 }

@@ -120,6 +120,21 @@ pub struct JournalIndex {
     /// none). Only the current file can hold one: rotation syncs first. The flusher syncs
     /// before writing data pages; a durable record after it must cover it too.
     pub buffered_unsynced_txn_id: u64,
+    /// Size of the next journal file made new (by the writer or as a spare): the first is
+    /// [`FIRST_FILE_SIZE_BYTES`], each rotation doubles it up to the options' size. A
+    /// small environment keeps small journals; one under load rotates rarely.
+    pub file_size_bytes: u64,
+}
+
+/// Size of an environment's first journal file (or the configured size, if smaller).
+pub const FIRST_FILE_SIZE_BYTES: u64 = 1 << 20;
+
+impl JournalIndex {
+    /// The size a spare should have to serve the next rotation: the writer doubles its
+    /// file size then.
+    pub fn next_file_size_bytes(&self, largest_bytes: u64) -> u64 {
+        (self.file_size_bytes * 2).min(largest_bytes)
+    }
 }
 
 impl JournalIndex {
@@ -241,11 +256,19 @@ impl JournalWriter {
         } else {
             FileKind::JournalBuffered
         };
+        let first_size_bytes = {
+            let mut index = index.lock();
+            if index.file_size_bytes == 0 {
+                index.file_size_bytes = FIRST_FILE_SIZE_BYTES.min(standard_file_size_bytes);
+            }
+            index.file_size_bytes
+        };
         let (file, file_size_bytes) = prepare_file(
             &*storage,
             kind,
             journal_number,
-            standard_file_size_bytes,
+            first_size_bytes,
+            0,
             standard_file_size_bytes,
             index,
         )?;
@@ -458,12 +481,17 @@ impl JournalWriter {
         }
         self.buffered_file = None;
         let next = self.journal_number + 1;
-        let size = self.standard_file_size_bytes.max(min_size_bytes);
+        let target = {
+            let mut index = index.lock();
+            index.file_size_bytes = index.next_file_size_bytes(self.standard_file_size_bytes);
+            index.file_size_bytes
+        };
         let (file, file_size) = prepare_file(
             &*self.storage,
             self.kind,
             next,
-            size,
+            target.max(min_size_bytes),
+            min_size_bytes,
             self.standard_file_size_bytes,
             index,
         )?;
@@ -535,16 +563,18 @@ fn worth_compressing(payload: &[u8]) -> bool {
     compressed.len() < sample.len() - sample.len() / 4
 }
 
-/// Creates journal `number` sized at least `size_bytes`, reusing a retired file or a spare
-/// when one is large enough, and makes its name durable. Files of the standard size are
-/// zero-filled (a durable write into written blocks needs no extent conversion); a file
-/// made for one oversized record is only allocated, since zero-filling it would cost more
-/// than it saves.
+/// Creates journal `number` of `size_bytes`, or reuses a retired file or a spare (at its
+/// own size, which may be smaller while journals grow, if the record to write fits, that
+/// is up to `size_bytes` or the standard size), and makes its name durable. Files up to the
+/// standard size are zero-filled (a durable write into written blocks needs no extent
+/// conversion); a file made for one oversized record is only allocated, since zero-filling
+/// it would cost more than it saves.
 fn prepare_file(
     storage: &dyn Storage,
     kind: FileKind,
     number: u64,
     size_bytes: u64,
+    needed_bytes: u64,
     standard_size_bytes: u64,
     index: &parking_lot::Mutex<JournalIndex>,
 ) -> Result<(Arc<dyn StorageFile>, u64)> {
@@ -562,9 +592,9 @@ fn prepare_file(
             None => None,
         }
     };
-    if let Some(old_name) = reused {
+    if let Some(old_name) = &reused {
         storage
-            .rename(&old_name, &name)
+            .rename(old_name, &name)
             .map_err(|e| io("reusing a file as", e))?;
     }
     let file = storage
@@ -574,17 +604,26 @@ fn prepare_file(
     // Buffered records gain nothing from written blocks (no O_DIRECT write needs its
     // extent converted), and a record is durable only once a sync covers it, which makes
     // the file's length durable too: the file simply grows as records are appended.
-    if len < size_bytes && kind == FileKind::JournalDurable {
-        let standard = size_bytes <= standard_size_bytes;
-        extend_file(storage, &name, len, size_bytes, standard).map_err(|e| io("preparing", e))?;
-        if standard {
-            index.lock().filled_by_writer += 1;
+    let reused_fits = reused.is_some() && len >= needed_bytes.max(JOURNAL_ALIGN_BYTES as u64);
+    let capacity_bytes = if kind == FileKind::JournalBuffered {
+        size_bytes
+    } else if reused_fits {
+        len
+    } else {
+        if len < size_bytes {
+            let standard = size_bytes <= standard_size_bytes;
+            extend_file(storage, &name, len, size_bytes, standard)
+                .map_err(|e| io("preparing", e))?;
+            if standard {
+                index.lock().filled_by_writer += 1;
+            }
         }
-    }
+        len.max(size_bytes)
+    };
     storage
         .sync_dir("journal")
         .map_err(|e| io("syncing the directory of", e))?;
-    Ok((file, len.max(size_bytes)))
+    Ok((file, capacity_bytes))
 }
 
 /// Grows file `name` (created if missing) from `len_bytes` to `size_bytes`, by writing

@@ -149,8 +149,13 @@ pub struct Plan {
 /// when the environment closes), so every flush happens at a chosen step, and small
 /// journal files so records rotate through and recycle files.
 pub fn deterministic_options() -> Options {
-    Options::default().journal_file_size_bytes(64 * 1024).// Spares are made on the flusher thread's own time(// Spares are made on the flusher thread's own time).which would not replay.
-        journal_spare_files(0).flush_interval_ms(3_600_000).flush_threshold_bytes(1 << 40).sync_interval_ms(0)
+    Options::default()
+        .journal_file_size_bytes(64 * 1024)
+        // Spares are made on the flusher thread's own time, which would not replay.
+        .journal_spare_files(0)
+        .flush_interval_ms(3_600_000)
+        .flush_threshold_bytes(1 << 40)
+        .sync_interval_ms(0)
 }
 
 pub fn tree_name(i: u64) -> String {
