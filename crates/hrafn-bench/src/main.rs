@@ -187,7 +187,9 @@ fn plan(cli: &Cli) -> Result<(Vec<&'static Spec>, Vec<Job>)> {
         if s.raw_disk {
             jobs.push((*s, DISK.to_string()));
         } else {
-            let engines = engines.iter().filter(|e| !s.hrafn_only || *e == "hrafn");
+            let engines = engines.iter().filter(|e| {
+                (!s.hrafn_only || *e == "hrafn") && !(s.rocksdb_skipped && *e == "rocksdb")
+            });
             for _ in 0..s.rounds {
                 jobs.extend(engines.clone().map(|e| (*s, e.clone())));
             }
