@@ -418,6 +418,31 @@ struct Sized {
 }
 
 impl Sized {
+    /// The row's result: `ops_per_pass` operations in each pass, counted over every pass;
+    /// its note is `note` (if not empty), then what [`Sized::note`] adds.
+    fn result(
+        &self,
+        spec: &Spec,
+        engine: &str,
+        cfg: &Config,
+        (ops_per_pass, unit): (u64, &str),
+        note: &str,
+    ) -> BenchResult {
+        let mut r = BenchResult::measured(
+            spec.name,
+            engine,
+            cfg.scale,
+            ops_per_pass * self.passes,
+            unit,
+            self.elapsed,
+        );
+        if !note.is_empty() {
+            r.add_note(note);
+        }
+        self.note(&mut r);
+        r
+    }
+
     /// Sets the result's passes and says in its note how the row was sized up.
     fn note(&self, r: &mut BenchResult) {
         if let Some(first) = self.first {
@@ -512,16 +537,7 @@ fn read_seq(spec: &Spec, name: &str, cfg: &Config, dir: &Path) -> Result<BenchRe
         }
         Ok(start.elapsed())
     })?;
-    let mut r = BenchResult::measured(
-        spec.name,
-        name,
-        cfg.scale,
-        n * run.passes,
-        "reads",
-        run.elapsed,
-    );
-    run.note(&mut r);
-    Ok(r)
+    Ok(run.result(spec, name, cfg, (n, "reads"), ""))
 }
 
 fn check_len(found: Option<usize>, i: u64) -> Result<()> {
@@ -587,19 +603,8 @@ fn read_parallel(
             Ok(end - start)
         })
     })?;
-    let mut r = BenchResult::measured(
-        spec.name,
-        name,
-        cfg.scale,
-        n * run.passes,
-        "reads",
-        run.elapsed,
-    );
-    r.note = Some(format!(
-        "{threads} thread(s), each with its own read transaction"
-    ));
-    run.note(&mut r);
-    Ok(r)
+    let note = format!("{threads} thread(s), each with its own read transaction");
+    Ok(run.result(spec, name, cfg, (n, "reads"), &note))
 }
 
 fn fill_rnd_tx(
@@ -1007,16 +1012,7 @@ fn range_scan_full(spec: &Spec, name: &str, cfg: &Config, dir: &Path) -> Result<
         }
         Ok(start.elapsed())
     })?;
-    let mut r = BenchResult::measured(
-        spec.name,
-        name,
-        cfg.scale,
-        n * run.passes,
-        "entries",
-        run.elapsed,
-    );
-    run.note(&mut r);
-    Ok(r)
+    Ok(run.result(spec, name, cfg, (n, "entries"), ""))
 }
 
 const SCAN_LEN: usize = 100;
@@ -1049,20 +1045,10 @@ fn range_scan_rnd100(spec: &Spec, name: &str, cfg: &Config, dir: &Path) -> Resul
         }
         Ok(start.elapsed())
     })?;
-    let mut r = BenchResult::measured(
-        spec.name,
-        name,
-        cfg.scale,
-        scans * run.passes,
-        "scans",
-        run.elapsed,
-    )
-    .with_latencies(&mut lat);
-    r.note = Some(format!(
-        "{scans} scans of {SCAN_LEN} entries in one read txn"
-    ));
-    run.note(&mut r);
-    Ok(r)
+    let note = format!("{scans} scans of {SCAN_LEN} entries in one read txn");
+    Ok(run
+        .result(spec, name, cfg, (scans, "scans"), &note)
+        .with_latencies(&mut lat))
 }
 
 /// Value size of the u64 rows.
@@ -1147,16 +1133,7 @@ fn u64_rows(
             }
             Ok(start.elapsed())
         })?;
-        let mut r = BenchResult::measured(
-            spec.name,
-            name,
-            cfg.scale,
-            n * run.passes,
-            "entries",
-            run.elapsed,
-        );
-        run.note(&mut r);
-        return Ok(r);
+        return Ok(run.result(spec, name, cfg, (n, "entries"), ""));
     }
     let mut order = keys;
     order.shuffle(&mut rng);
@@ -1175,16 +1152,7 @@ fn u64_rows(
         }
         Ok(start.elapsed())
     })?;
-    let mut r = BenchResult::measured(
-        spec.name,
-        name,
-        cfg.scale,
-        n * run.passes,
-        "reads",
-        run.elapsed,
-    );
-    run.note(&mut r);
-    Ok(r)
+    Ok(run.result(spec, name, cfg, (n, "reads"), ""))
 }
 
 /// The table rows: records of a 16-byte name (a thousand records share each), a unique
@@ -1230,16 +1198,7 @@ fn table_rows(spec: &Spec, name: &str, cfg: &Config, dir: &Path, get: bool) -> R
         }
         Ok(start.elapsed())
     })?;
-    let mut r = BenchResult::measured(
-        spec.name,
-        name,
-        cfg.scale,
-        n * run.passes,
-        "reads",
-        run.elapsed,
-    );
-    run.note(&mut r);
-    Ok(r)
+    Ok(run.result(spec, name, cfg, (n, "reads"), ""))
 }
 
 #[cfg(test)]
