@@ -62,6 +62,10 @@ pub struct BenchResult {
     /// The journal_bytes rows: bytes journaled per transaction against whole pages.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub journal: Option<JournalBytes>,
+    /// commit_latency: bytes on disk of a database holding one key (one durable commit,
+    /// then closed), made in a directory of its own before the row's commits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub one_key_disk_bytes: Option<u64>,
 }
 
 /// Rows whose measured part is shorter than this are marked unreliable.
@@ -136,6 +140,7 @@ impl BenchResult {
             runs_ops_per_sec: Vec::new(),
             windows: None,
             min_window_ratio: None,
+            one_key_disk_bytes: None,
             journal_files_max: None,
             journal: None,
         }

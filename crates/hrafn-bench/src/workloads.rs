@@ -678,6 +678,18 @@ fn bulk_seq_small(spec: &Spec, name: &str, cfg: &Config, dir: &Path) -> Result<B
 fn commit_latency(spec: &Spec, name: &str, cfg: &Config, dir: &Path) -> Result<BenchResult> {
     let commits = cfg.n(10_000);
     let values = Values::new(5);
+    // First a database of one key, for its size on disk once closed.
+    let one_key_dir = dir.with_file_name(format!(
+        "{}-one-key",
+        dir.file_name().and_then(|n| n.to_str()).unwrap_or("db")
+    ));
+    {
+        let engine = engines::open(name, &one_key_dir, true)?;
+        engine.write(&mut |w| w.put(&decimal_key(0), values.get(0)))?;
+    }
+    let one_key_disk_bytes = crate::sys::dir_bytes(&one_key_dir)?;
+    std::fs::remove_dir_all(&one_key_dir)
+        .with_context(|| format!("removing {}", one_key_dir.display()))?;
     let engine = engines::open(name, dir, true)?;
     let mut lat = Vec::with_capacity(commits as usize);
     let start = Instant::now();
@@ -691,6 +703,7 @@ fn commit_latency(spec: &Spec, name: &str, cfg: &Config, dir: &Path) -> Result<B
     let mut r = BenchResult::measured(spec.name, name, cfg.scale, commits, "commits", elapsed)
         .with_latencies(&mut lat);
     r.commits = Some(commits);
+    r.one_key_disk_bytes = Some(one_key_disk_bytes);
     Ok(r)
 }
 
