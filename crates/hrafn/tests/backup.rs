@@ -570,19 +570,6 @@ fn a_chain_across_reopens_between_every_step() -> hrafn::Result<()> {
     Ok(())
 }
 
-fn dir_size_bytes(dir: &Path) -> u64 {
-    let mut total = 0;
-    for entry in std::fs::read_dir(dir).expect("read_dir").flatten() {
-        let meta = entry.metadata().expect("metadata");
-        total += if meta.is_dir() {
-            dir_size_bytes(&entry.path())
-        } else {
-            meta.len()
-        };
-    }
-    total
-}
-
 /// A compacted backup holds only live data, verifies and restores as a full backup does,
 /// and never starts a chain: an incremental of the source does not continue it.
 #[test]
@@ -605,8 +592,8 @@ fn a_compacted_backup_is_smaller_restores_the_same_and_starts_no_chain() -> hraf
     let compacted = env.compacted_backup_to(dir.path().join("compacted"))?;
     assert_eq!(compacted.kind, BackupKind::Full);
     let (full_bytes, compacted_bytes) = (
-        dir_size_bytes(&dir.path().join("full")),
-        dir_size_bytes(&dir.path().join("compacted")),
+        common::dir_bytes(&dir.path().join("full")),
+        common::dir_bytes(&dir.path().join("compacted")),
     );
     eprintln!("full backup {full_bytes} bytes, compacted backup {compacted_bytes} bytes");
     assert!(

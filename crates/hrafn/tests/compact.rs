@@ -253,20 +253,6 @@ fn same_table(a: &ReadTxn<'_>, b: &ReadTxn<'_>, name: &str, schema: &Schema) -> 
     Ok(())
 }
 
-fn dir_bytes(dir: &std::path::Path) -> u64 {
-    let mut total = 0;
-    for entry in std::fs::read_dir(dir).expect("list") {
-        let entry = entry.expect("entry");
-        let metadata = entry.metadata().expect("metadata");
-        total += if metadata.is_dir() {
-            dir_bytes(&entry.path())
-        } else {
-            metadata.len()
-        };
-    }
-    total
-}
-
 #[test]
 fn every_structure_is_copied_and_the_copy_is_much_smaller() -> hrafn::Result<()> {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -287,7 +273,7 @@ fn every_structure_is_copied_and_the_copy_is_much_smaller() -> hrafn::Result<()>
     let elapsed = started.elapsed();
     assert_eq!(
         report.bytes_after,
-        dir_bytes(&copy_dir),
+        common::dir_bytes(&copy_dir),
         "the copy's size as closed"
     );
     let copy = Environment::open(&copy_dir, Options::default())?;

@@ -68,3 +68,18 @@ pub fn dir_files(
     walk(dir, dir, skip, &mut out);
     out
 }
+
+/// Bytes of every file under `dir`, subdirectories included.
+pub fn dir_bytes(dir: &std::path::Path) -> u64 {
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir).expect("read_dir") {
+        let entry = entry.expect("entry");
+        let metadata = entry.metadata().expect("metadata");
+        total += if metadata.is_dir() {
+            dir_bytes(&entry.path())
+        } else {
+            metadata.len()
+        };
+    }
+    total
+}
