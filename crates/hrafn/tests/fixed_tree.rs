@@ -337,3 +337,33 @@ fn power_loss_recovers_a_committed_state() {
         "fixed-size tree power loss: {states} crash states over {ops} operations"
     ));
 }
+
+/// The write handles read as the read handles do: `first`/`last` of a fixed-size tree and
+/// `iter` of a B+tree see the transaction's own changes.
+#[test]
+fn write_handles_have_first_last_and_iter() -> hrafn::Result<()> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = hrafn::Environment::open(dir.path(), hrafn::Options::default())?;
+    let mut wtx = env.begin_write()?;
+    {
+        let mut series = wtx.open_fixed_tree("series", 8)?;
+        assert_eq!(series.first()?, None);
+        for t in [30u64, 10, 20] {
+            series.insert(t, &t.to_le_bytes())?;
+        }
+        assert_eq!(series.first()?, Some((10, &10u64.to_le_bytes()[..])));
+        assert_eq!(series.last()?, Some((30, &30u64.to_le_bytes()[..])));
+    }
+    {
+        let mut tree = wtx.open_tree("t")?;
+        for k in [b"b", b"c", b"a"] {
+            tree.insert(k, b"")?;
+        }
+        let keys: Vec<Vec<u8>> = tree
+            .iter()?
+            .map(|e| e.map(|(k, _)| k.to_vec()))
+            .collect::<hrafn::Result<_>>()?;
+        assert_eq!(keys, [b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]);
+    }
+    wtx.commit()
+}

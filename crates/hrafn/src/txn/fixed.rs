@@ -294,6 +294,14 @@ impl<'t, 'env> FixedTreeMut<'t, 'env> {
         self.root().range(&*self.txn, range, true)
     }
 
+    /// The entry with the smallest key.
+    ///
+    /// # Errors
+    /// Corruption.
+    pub fn first(&self) -> Result<Option<(u64, &[u8])>> {
+        self.range(..)?.next().transpose()
+    }
+
     /// The entry with the largest key.
     ///
     /// # Errors

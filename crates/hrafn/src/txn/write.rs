@@ -1025,6 +1025,17 @@ impl<'t, 'env> TreeMut<'t, 'env> {
         Range::new(shorten(txn), self.header().root_page, start, end)
     }
 
+    /// All entries in order, as this transaction sees them.
+    ///
+    /// # Errors
+    /// Corruption met while positioning.
+    pub fn iter<'s>(&'s self) -> Result<crate::iter::TreeRangeMut<'s>>
+    where
+        Self: 's,
+    {
+        self.range::<&[u8], _>(..)
+    }
+
     /// Entries whose keys start with `prefix`.
     ///
     /// # Errors
