@@ -157,13 +157,7 @@ fn lines(path: &Path, title: &str, unit: &str, series: &[Series]) -> Result<()> 
             )
             .map_err(|e| err(&e))?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| err(&e))?;
+    draw_legend(&mut chart, SeriesLabelPosition::LowerRight).map_err(|e| err(&e))?;
     root.present().map_err(|e| err(&e))?;
     Ok(())
 }
@@ -250,14 +244,21 @@ fn chart(path: &Path, title: &str, unit: &str, bars: &[Bar], limit: Option<f64>)
             .map_err(|e| err(&e))?
             .label(format!("disk limit {}", fmt_rate(l)))
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()
-            .map_err(|e| err(&e))?;
+        draw_legend(&mut chart, SeriesLabelPosition::UpperRight).map_err(|e| err(&e))?;
     }
     root.present().map_err(|e| err(&e))?;
     Ok(())
+}
+
+/// The legend box both chart kinds draw.
+fn draw_legend<'a, DB: DrawingBackend + 'a, CT: plotters::coord::CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    position: SeriesLabelPosition,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    chart
+        .configure_series_labels()
+        .position(position)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
 }
