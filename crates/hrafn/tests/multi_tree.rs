@@ -434,3 +434,24 @@ fn a_set_tree_that_collapses_and_embeds_frees_each_page_once() {
         env.check().unwrap_or_else(|e| panic!("round {round}: {e}"));
     }
 }
+
+/// `MultiTreeMut::keys` lists the keys as the write transaction sees them, both ways.
+#[test]
+fn write_handle_lists_its_keys() -> hrafn::Result<()> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = hrafn::Environment::open(dir.path(), hrafn::Options::default())?;
+    let mut wtx = env.begin_write()?;
+    let mut tags = wtx.open_multi_tree("tags")?;
+    for (k, v) in [("rust", "a"), ("db", "b"), ("rust", "c"), ("zig", "d")] {
+        tags.add(k, v)?;
+    }
+    tags.remove_key("zig")?;
+    let keys: Vec<&[u8]> = tags.keys::<&[u8], _>(..)?.collect::<hrafn::Result<_>>()?;
+    assert_eq!(keys, [&b"db"[..], b"rust"]);
+    let back: Vec<&[u8]> = tags
+        .keys(&b"e"[..]..)?
+        .rev()
+        .collect::<hrafn::Result<_>>()?;
+    assert_eq!(back, [&b"rust"[..]]);
+    Ok(())
+}

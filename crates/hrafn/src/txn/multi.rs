@@ -226,6 +226,20 @@ impl<'t, 'env> MultiTreeMut<'t, 'env> {
         self.header().entry_count
     }
 
+    /// The keys in `range`, in order, as this transaction sees them (use
+    /// [`MultiTreeMut::values`] to read a key's set).
+    ///
+    /// # Errors
+    /// Corruption met while positioning.
+    pub fn keys<'s, K: AsRef<[u8]>, R: RangeBounds<K>>(
+        &'s self,
+        range: R,
+    ) -> Result<impl DoubleEndedIterator<Item = Result<&'s [u8]>> + use<'s, 'env, K, R>> {
+        let (start, end) = super::read::bounds(&range);
+        let keys = Range::new(&*self.txn, self.header().root_page, start, end)?;
+        Ok(keys.map(|e| e.map(|(k, _)| k)))
+    }
+
     /// A cursor over the `(key, value)` pairs, in key order then value order, that can
     /// delete the pair it stands on.
     pub fn cursor(&mut self) -> super::cursor::KeyCursor<&mut Self> {
