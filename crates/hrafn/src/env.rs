@@ -316,6 +316,8 @@ pub struct Stats {
     /// Journal files the writer had to zero-fill itself because none was ready (the first
     /// one at open included).
     pub journals_filled_by_writer: u64,
+    /// Most files the journal directory held at once since open (journals and spares).
+    pub journal_files_peak: u64,
     /// Journal files holding records newer than the last sync: what a reopen would replay.
     /// The flusher syncs once more than 8 wait, so in steady state journal files on disk
     /// number at most this plus the ready ones (see `docs/design.md`, "Steady state").
@@ -953,6 +955,7 @@ impl Environment {
             (index.spares_made, index.spares_used, index.filled_by_writer);
         let journal_files_ready = (index.spares.len() + index.recyclable.len()) as u64;
         let journal_files_waiting = index.active.len() as u64;
+        let journal_files_peak = index.files_peak;
         drop(index);
         let oldest = inner.readers.oldest_reader();
         let scratch_used_bytes = inner.usage.used_bytes();
@@ -985,6 +988,7 @@ impl Environment {
             journal_files_ready,
             journals_filled_by_writer,
             journal_files_waiting,
+            journal_files_peak,
             oldest_reader_age_ms: oldest.map(|r| r.age_ms),
             oldest_reader_txn_id: oldest.map(|r| r.txn_id),
             scratch_pinned_bytes: scratch_used_bytes.saturating_sub(current_bytes),

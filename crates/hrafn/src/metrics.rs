@@ -113,7 +113,7 @@ enum Kind {
 /// metric, every name prefixed `hrafn_`.
 pub(crate) fn render(stats: &Stats, latencies: &Latencies) -> String {
     use Kind::{Counter, Gauge};
-    let metrics: [(&str, Kind, &str, u64); 28] = [
+    let metrics: [(&str, Kind, &str, u64); 29] = [
         (
             "txn_id",
             Gauge,
@@ -258,6 +258,12 @@ pub(crate) fn render(stats: &Stats, latencies: &Latencies) -> String {
             Gauge,
             "Journal files newer than the last sync.",
             stats.journal_files_waiting,
+        ),
+        (
+            "journal_files_peak",
+            Gauge,
+            "Most files the journal directory held at once since open.",
+            stats.journal_files_peak,
         ),
         (
             "journal_files_ready",

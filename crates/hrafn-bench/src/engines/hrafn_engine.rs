@@ -231,6 +231,7 @@ impl Engine for Hrafn {
             journal_bytes_written: stats.journal_bytes_written,
             journal_payload_bytes: stats.journal_payload_bytes,
             dirty_page_bytes: stats.dirty_page_bytes,
+            journal_files_peak: stats.journal_files_peak,
         })
     }
 

@@ -93,6 +93,8 @@ pub struct JournalCounters {
     pub journal_payload_bytes: u64,
     /// Whole pages changed by commits, in bytes, before diffing (`Stats::dirty_page_bytes`).
     pub dirty_page_bytes: u64,
+    /// Most files the journal directory held at once (`Stats::journal_files_peak`).
+    pub journal_files_peak: u64,
 }
 
 /// Files of an engine's directory that show how it keeps up over time.

@@ -58,9 +58,12 @@ pub fn top_up(
             let _ = storage.remove(&name);
             return Err(Error::io(format!("making spare journal {name}"), error));
         }
-        let mut index = index.lock();
-        index.spares.push(id);
-        index.spares_made += 1;
+        {
+            let mut index = index.lock();
+            index.spares.push(id);
+            index.spares_made += 1;
+        }
+        super::writer::note_files(storage, index);
     }
     Ok(())
 }

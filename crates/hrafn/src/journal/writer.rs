@@ -124,6 +124,19 @@ pub struct JournalIndex {
     /// [`FIRST_FILE_SIZE_BYTES`], each rotation doubles it up to the options' size. A
     /// small environment keeps small journals; one under load rotates rarely.
     pub file_size_bytes: u64,
+    /// Most files seen in the journal directory (journals and spares), counted each time
+    /// one is made: the high-water mark of the disk journals take.
+    pub files_peak: u64,
+}
+
+/// Counts the files of the journal directory into [`JournalIndex::files_peak`]. Called
+/// where files are made (a new journal, a spare), the only moments the count can rise. A
+/// failed listing only skips the count: it is a statistic.
+pub(crate) fn note_files(storage: &dyn Storage, index: &parking_lot::Mutex<JournalIndex>) {
+    if let Ok(names) = storage.list("journal") {
+        let mut index = index.lock();
+        index.files_peak = index.files_peak.max(names.len() as u64);
+    }
 }
 
 /// Size of an environment's first journal file (or the configured size, if smaller).
@@ -623,6 +636,9 @@ fn prepare_file(
     storage
         .sync_dir("journal")
         .map_err(|e| io("syncing the directory of", e))?;
+    if reused.is_none() {
+        note_files(storage, index);
+    }
     Ok((file, capacity_bytes))
 }
 
