@@ -241,7 +241,7 @@ impl Default for Options {
     fn default() -> Options {
         Options {
             durability: Durability::Immediate,
-            journal_file_size_bytes: 32 << 20,
+            journal_file_size_bytes: 16 << 20,
             journal_spare_files: 2,
             flush_threshold_bytes: 32 << 20,
             flush_interval_ms: 100,
