@@ -71,15 +71,7 @@ fn copy(env: &Environment, target: &Path) -> Result<CompactReport, Failure> {
 
 /// Compacts `dir` into a sibling directory and swaps the copy in.
 fn in_place(dir: &Path) -> Result<CompactReport, Failure> {
-    if !dir.is_dir() {
-        return Err(fail(
-            3,
-            format!(
-                "{}: not a directory (an environment is a directory)",
-                dir.display()
-            ),
-        ));
-    }
+    crate::require_dir(dir)?;
     let dir = std::fs::canonicalize(dir).map_err(|e| fail(3, format!("{}: {e}", dir.display())))?;
     let (Some(parent), Some(name)) = (dir.parent(), dir.file_name()) else {
         return Err(fail(

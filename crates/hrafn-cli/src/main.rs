@@ -202,7 +202,8 @@ fn main() -> ExitCode {
     }
 }
 
-fn open(dir: &Path) -> Result<Environment, Failure> {
+/// Refuses a path that is not a directory, before anything tries to open it.
+pub(crate) fn require_dir(dir: &Path) -> Result<(), Failure> {
     if !dir.is_dir() {
         return Err(fail(
             3,
@@ -212,6 +213,11 @@ fn open(dir: &Path) -> Result<Environment, Failure> {
             ),
         ));
     }
+    Ok(())
+}
+
+fn open(dir: &Path) -> Result<Environment, Failure> {
+    require_dir(dir)?;
     Environment::open_read_only(dir, Options::default())
         .map_err(|e| fail(3, format!("opening {}: {e}", dir.display())))
 }

@@ -123,7 +123,6 @@ fn failures_have_exit_codes_and_messages() {
 
 #[test]
 fn a_dump_loads_back_into_an_identical_database() {
-    use hrafn::table::Schema;
     let (dir, writer) = fixture();
     let mut wtx = writer.begin_write().expect("write");
     {
@@ -146,20 +145,7 @@ fn a_dump_loads_back_into_an_identical_database() {
         tags.add(b"env", b"prod").expect("add");
         tags.add(b"env", b"eu").expect("add");
     }
-    {
-        let schema = Schema::new(3)
-            .primary_key(0)
-            .index("by-city", &[1])
-            .global_index("everywhere", &[1]);
-        let mut people = wtx.open_table("people", &schema).expect("table");
-        people.insert(&[b"ada", b"London", b""]).expect("insert");
-        people
-            .insert(&[b"alan", b"London", &[9u8; 5_000]])
-            .expect("insert"); // overflow
-        people
-            .insert(&[b"grace", b"Arlington", b"\x00"])
-            .expect("insert");
-    }
+    add_people(&mut wtx);
     wtx.commit().expect("commit");
     let d = dir.path().to_str().expect("utf-8 path");
     let first = hrafn(&["dump", d]);
@@ -481,7 +467,6 @@ fn compact_into_another_directory_while_a_writer_goes_on() {
 /// multi-value tree with a set too large to embed, and a table with a primary key,
 /// indexes and an overflow record.
 fn full_fixture() -> (tempfile::TempDir, Environment) {
-    use hrafn::table::Schema;
     let (dir, env) = fixture();
     let mut wtx = env.begin_write().expect("write");
     {
@@ -506,20 +491,7 @@ fn full_fixture() -> (tempfile::TempDir, Environment) {
             by_role.add(b"guest", format!("guest-{v:04}")).expect("add");
         }
     }
-    {
-        let schema = Schema::new(3)
-            .primary_key(0)
-            .index("by-city", &[1])
-            .global_index("everywhere", &[1]);
-        let mut people = wtx.open_table("people", &schema).expect("table");
-        people.insert(&[b"ada", b"London", b""]).expect("insert");
-        people
-            .insert(&[b"alan", b"London", &[9u8; 5_000]])
-            .expect("insert"); // overflow
-        people
-            .insert(&[b"grace", b"Arlington", b"\x00"])
-            .expect("insert");
-    }
+    add_people(&mut wtx);
     wtx.commit().expect("commit");
     (dir, env)
 }
@@ -735,4 +707,21 @@ fn a_compacted_backup_verifies_and_restores() {
     assert_eq!(stdout(&hrafn(&["dump", r])), stdout(&hrafn(&["dump", d])));
     let refused = hrafn(&["backup", d, b, "--compact", "--incremental"]);
     assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+}
+
+/// A table with a primary key, a local and a global index, and one record large enough
+/// for an overflow page.
+fn add_people(wtx: &mut hrafn::WriteTxn<'_>) {
+    let schema = hrafn::table::Schema::new(3)
+        .primary_key(0)
+        .index("by-city", &[1])
+        .global_index("everywhere", &[1]);
+    let mut people = wtx.open_table("people", &schema).expect("table");
+    people.insert(&[b"ada", b"London", b""]).expect("insert");
+    people
+        .insert(&[b"alan", b"London", &[9u8; 5_000]])
+        .expect("insert"); // overflow
+    people
+        .insert(&[b"grace", b"Arlington", b"\x00"])
+        .expect("insert");
 }

@@ -130,7 +130,7 @@ pub fn check<'a, S: PageSource<'a>>(src: S) -> Result<CheckReport> {
 ///
 /// # Errors
 /// As [`check`].
-pub fn check_with_progress<'a, S: PageSource<'a>>(
+pub(crate) fn check_with_progress<'a, S: PageSource<'a>>(
     src: S,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<CheckReport> {
