@@ -19,6 +19,9 @@
 use crate::error::{CorruptionSite, Error, Result};
 use crate::limits::{PAGE_HEADER_SIZE_BYTES, PAGE_SIZE_BYTES};
 
+mod prefetch;
+pub use prefetch::prefetch;
+
 /// Offset of the checksum field.
 pub const OFFSET_CHECKSUM: usize = 0;
 /// Offset of the page number field.
