@@ -1,0 +1,1 @@
+//! Text formats (to be written).
