@@ -104,7 +104,7 @@ impl Labels {
             return Err(bad("not NUL-terminated"));
         };
         let parts: Vec<&str> = body.split('\0').collect();
-        if parts.len() % 2 != 0 {
+        if !parts.len().is_multiple_of(2) {
             return Err(bad("a name without a value"));
         }
         let labels =
