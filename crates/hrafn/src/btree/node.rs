@@ -303,6 +303,31 @@ fn reserve(page: &mut [u8], i: usize, body_len: usize) -> usize {
     upper
 }
 
+/// Writes `value` over the inline value of leaf entry `i` when both have the same length,
+/// leaving every other byte of the page as it was (so a journal diff of the change is just
+/// the value's changed bytes). Returns false, changing nothing, when entry `i` is not an
+/// inline value of that length.
+///
+/// # Errors
+/// [`crate::Error::Corruption`] for a damaged entry.
+pub fn overwrite_inline_value(
+    page: &mut [u8],
+    i: usize,
+    value: &[u8],
+    page_number: u64,
+) -> Result<bool> {
+    let (key, old) = leaf_entry(page, i, page_number)?;
+    let ValueRef::Inline(old) = old else {
+        return Ok(false);
+    };
+    if old.len() != value.len() {
+        return Ok(false);
+    }
+    let at = slot(page, i, page_number)? + LEAF_INLINE_HEADER_BYTES + key.len();
+    page[at..at + value.len()].copy_from_slice(value);
+    Ok(true)
+}
+
 /// Inserts a leaf entry at slot `i` (room checked by the caller).
 pub fn insert_leaf(page: &mut [u8], i: usize, key_bytes: &[u8], value: &ValueRef<'_>) {
     let body_len = leaf_entry_size(key_bytes.len(), value) - SLOT_BYTES;

@@ -152,6 +152,14 @@ pub(crate) fn insert_entry<S: PageStore>(
     };
     let index = match found {
         Ok(i) => {
+            // A value of the same length is written over the old one in place: the page
+            // keeps its layout and the journal diff is only the bytes that changed.
+            if let NewEntry::Value(value) = entry
+                && fits_inline(key.len(), value.len())
+                && node::overwrite_inline_value(store.page_mut(leaf)?, i, value, leaf)?
+            {
+                return Ok(true);
+            }
             let (_, old) = node::leaf_entry(store.page(leaf)?, i, leaf)?;
             let new_is_tree = matches!(entry, NewEntry::Tree(_) | NewEntry::Embedded(_));
             if old.is_tree() != new_is_tree {
@@ -653,6 +661,40 @@ mod tests {
         assert!(
             leaves < 20_000 / 60 + 10,
             "{leaves} pages: sequential splits should fill pages"
+        );
+    }
+
+    #[test]
+    fn a_value_of_the_same_length_is_overwritten_in_place() {
+        let mut store = MemStore::default();
+        let mut tree = create(&mut store).expect("create");
+        for i in 0..50u64 {
+            insert(&mut store, &mut tree, &key(i), &[1u8; 40]).expect("insert");
+        }
+        let root = tree.root_page;
+        let before = store.pages[&root].clone();
+        let mut new_value = [1u8; 40];
+        new_value[7] = 9;
+        assert!(insert(&mut store, &mut tree, &key(20), &new_value).expect("replace"));
+        let after = &store.pages[&root];
+        let changed: Vec<usize> = (0..PAGE_SIZE_BYTES)
+            .filter(|&b| before[b] != after[b])
+            .collect();
+        assert_eq!(
+            changed.len(),
+            1,
+            "only the changed value byte moves: {changed:?}"
+        );
+        assert_eq!(
+            get(&store, root, &key(20)).expect("get"),
+            Some(&new_value[..])
+        );
+        assert_eq!(tree.entry_count, 50);
+        // A longer value still takes the general path and reads back.
+        assert!(insert(&mut store, &mut tree, &key(20), &[2u8; 41]).expect("replace"));
+        assert_eq!(
+            get(&store, root, &key(20)).expect("get"),
+            Some(&[2u8; 41][..])
         );
     }
 
