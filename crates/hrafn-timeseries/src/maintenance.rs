@@ -1,0 +1,341 @@
+//! Retention, deletion and compaction.
+
+use crate::chunk::{self, Sample};
+use crate::error::{Error, Result};
+use crate::keys::*;
+use crate::labels::Labels;
+use crate::query::{f64_from, overlay};
+use crate::store::{Store, store_sealed};
+use crate::text::Matcher;
+use hrafn::WriteTxn;
+use std::ops::Bound;
+
+/// Most samples a chunk made by [`Store::compact`] holds: two hours of 15 s scrapes.
+pub const COMPACTED_CHUNK_SAMPLES: usize = 480;
+
+/// Series one maintenance transaction works on, so no transaction grows without bound.
+const SERIES_PER_TXN: usize = 512;
+
+/// What [`Store::drop_before`] removed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RetentionReport {
+    /// Sealed chunks whose newest sample was older than the cutoff.
+    pub chunks_dropped: u64,
+    /// Open chunks emptied because all their samples were older than the cutoff.
+    pub open_chunks_emptied: u64,
+    /// Out-of-order samples older than the cutoff.
+    pub out_of_order_dropped: u64,
+    /// Series left without any sample, and so deleted.
+    pub series_deleted: u64,
+}
+
+/// What [`Store::compact`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CompactReport {
+    /// Series whose sealed chunks were rewritten.
+    pub series_rewritten: u64,
+    /// Sealed chunks before and after.
+    pub chunks_before: u64,
+    /// Sealed chunks after.
+    pub chunks_after: u64,
+    /// Out-of-order samples folded into chunks.
+    pub out_of_order_folded: u64,
+}
+
+impl Store {
+    /// Drops data older than `cutoff_ms`: every sealed chunk whose newest sample is older
+    /// (found through the age index, so the cost is in the chunks dropped, not the chunks
+    /// kept), open chunks and out-of-order samples older than it (checked per series),
+    /// and series left empty. A chunk that straddles the cutoff stays whole.
+    ///
+    /// # Errors
+    /// Engine and corruption errors.
+    pub fn drop_before(&self, cutoff_ms: i64) -> Result<RetentionReport> {
+        let mut report = RetentionReport::default();
+        // Sealed chunks, oldest first, a bounded number per transaction.
+        loop {
+            let mut wtx = self.environment().begin_write()?;
+            let doomed: Vec<(i64, u64, i64)> = {
+                let blocks = wtx.open_tree(TREE_BLOCKS)?;
+                let end = time_key(cutoff_ms).to_be_bytes();
+                let mut v = Vec::new();
+                for item in
+                    blocks.range::<&[u8], _>((Bound::Unbounded, Bound::Excluded(&end[..])))?
+                {
+                    v.push(block_from(item?.0)?);
+                    if v.len() == SERIES_PER_TXN * 8 {
+                        break;
+                    }
+                }
+                v
+            };
+            if doomed.is_empty() {
+                break;
+            }
+            {
+                let mut blocks = wtx.open_tree(TREE_BLOCKS)?;
+                for &(last, id, first) in &doomed {
+                    blocks.remove(block_key(last, id, first))?;
+                }
+            }
+            {
+                let mut chunks = wtx.open_tree(TREE_CHUNKS)?;
+                for &(_, id, first) in &doomed {
+                    chunks.remove(chunk_key(id, first))?;
+                }
+            }
+            report.chunks_dropped += doomed.len() as u64;
+            wtx.commit()?;
+        }
+        // Open chunks and out-of-order samples, per series.
+        let ids = self.all_ids()?;
+        for batch in ids.chunks(SERIES_PER_TXN) {
+            let mut wtx = self.environment().begin_write()?;
+            {
+                let mut head = wtx.open_tree(TREE_HEAD)?;
+                for &id in batch {
+                    let Some(open) = head.get(id_key(id))? else {
+                        continue;
+                    };
+                    if chunk::open_header(open)?.is_some_and(|h| h.last_timestamp_ms < cutoff_ms) {
+                        head.insert(id_key(id), chunk::open_empty())?;
+                        report.open_chunks_emptied += 1;
+                    }
+                }
+            }
+            {
+                let mut ooo = wtx.open_tree(TREE_OOO)?;
+                for &id in batch {
+                    if !has_nested(&ooo, id)? {
+                        continue;
+                    }
+                    let left = {
+                        let mut tree = ooo.open_fixed_tree(id_key(id), OOO_VALUE_BYTES)?;
+                        report.out_of_order_dropped += tree.delete_range(..time_key(cutoff_ms))?;
+                        tree.len()
+                    };
+                    if left == 0 {
+                        ooo.remove(id_key(id))?;
+                    }
+                }
+            }
+            let mut empty = Vec::new();
+            for &id in batch {
+                if series_is_empty(&mut wtx, id)? {
+                    empty.push(id);
+                }
+            }
+            report.series_deleted += delete_ids(&mut wtx, &empty)?;
+            wtx.commit()?;
+        }
+        if report.series_deleted > 0 {
+            self.clear_cache();
+        }
+        Ok(report)
+    }
+
+    /// Deletes every series `matchers` select, with all their samples and index entries.
+    /// Returns how many were deleted.
+    ///
+    /// # Errors
+    /// As [`Store::select`].
+    pub fn delete_series(&self, matchers: &[Matcher]) -> Result<u64> {
+        let ids: Vec<u64> = self
+            .series(matchers)?
+            .into_iter()
+            .map(|(id, _)| id.0)
+            .collect();
+        let mut deleted = 0;
+        for batch in ids.chunks(SERIES_PER_TXN) {
+            let mut wtx = self.environment().begin_write()?;
+            deleted += delete_ids(&mut wtx, batch)?;
+            wtx.commit()?;
+        }
+        // Cached ids of deleted series must not be trusted; appends also repair them.
+        self.clear_cache();
+        Ok(deleted)
+    }
+
+    /// Rewrites each series' sealed chunks into chunks of up to [`COMPACTED_CHUNK_SAMPLES`]
+    /// samples and folds in its out-of-order samples older than its open chunk: fewer,
+    /// fuller chunks take fewer bytes per sample. Series already compact are skipped.
+    ///
+    /// # Errors
+    /// Engine and corruption errors.
+    pub fn compact(&self) -> Result<CompactReport> {
+        let mut report = CompactReport::default();
+        let ids = self.all_ids()?;
+        for batch in ids.chunks(SERIES_PER_TXN) {
+            let mut wtx = self.environment().begin_write()?;
+            for &id in batch {
+                compact_series(&mut wtx, id, &mut report)?;
+            }
+            wtx.commit()?;
+        }
+        Ok(report)
+    }
+
+    /// Every series id, in order.
+    pub(crate) fn all_ids(&self) -> Result<Vec<u64>> {
+        let rtx = self.environment().begin_read()?;
+        let labels = rtx.open_tree(TREE_LABELS)?;
+        labels
+            .iter()?
+            .map(|item| item.map_err(Error::from).and_then(|(k, _)| id_from(k)))
+            .collect()
+    }
+}
+
+fn has_nested(tree: &hrafn::TreeMut<'_, '_>, id: u64) -> Result<bool> {
+    // The write handle has no `nested_kind`: a one-key range tells presence.
+    let key = id_key(id);
+    Ok(tree
+        .range::<&[u8], _>(&key[..]..=&key[..])?
+        .next()
+        .is_some())
+}
+
+/// Whether series `id` holds no sample at all.
+fn series_is_empty(wtx: &mut WriteTxn<'_>, id: u64) -> Result<bool> {
+    if let Some(open) = wtx.open_tree(TREE_HEAD)?.get(id_key(id))?
+        && chunk::open_header(open)?.is_some()
+    {
+        return Ok(false);
+    }
+    if has_nested(&wtx.open_tree(TREE_OOO)?, id)? {
+        return Ok(false);
+    }
+    let chunks = wtx.open_tree(TREE_CHUNKS)?;
+    let none = chunks.prefix(id_key(id))?.next().is_none();
+    Ok(none)
+}
+
+/// Deletes series `ids` entirely. Returns how many existed.
+fn delete_ids(wtx: &mut WriteTxn<'_>, ids: &[u64]) -> Result<u64> {
+    let mut deleted = 0;
+    for &id in ids {
+        let Some(bytes) = wtx
+            .open_tree(TREE_LABELS)?
+            .get(id_key(id))?
+            .map(<[u8]>::to_vec)
+        else {
+            continue;
+        };
+        let labels = Labels::decode(&bytes)?;
+        {
+            let mut postings = wtx.open_multi_tree(TREE_POSTINGS)?;
+            for (name, value) in labels.iter() {
+                postings.remove(posting_key(name, value), id_key(id))?;
+            }
+        }
+        wtx.open_tree(TREE_SERIES)?
+            .remove(pair_key(labels_hash(&bytes), id))?;
+        wtx.open_tree(TREE_LABELS)?.remove(id_key(id))?;
+        wtx.open_tree(TREE_HEAD)?.remove(id_key(id))?;
+        {
+            let mut ooo = wtx.open_tree(TREE_OOO)?;
+            if has_nested(&ooo, id)? {
+                ooo.remove(id_key(id))?;
+            }
+        }
+        let spans = chunk_spans(wtx, id)?;
+        {
+            let mut chunks = wtx.open_tree(TREE_CHUNKS)?;
+            for &(first, _) in &spans {
+                chunks.remove(chunk_key(id, first))?;
+            }
+        }
+        let mut blocks = wtx.open_tree(TREE_BLOCKS)?;
+        for &(first, last) in &spans {
+            blocks.remove(block_key(last, id, first))?;
+        }
+        deleted += 1;
+    }
+    Ok(deleted)
+}
+
+/// `(first, last)` timestamps of series `id`'s sealed chunks, in time order.
+fn chunk_spans(wtx: &mut WriteTxn<'_>, id: u64) -> Result<Vec<(i64, i64)>> {
+    let chunks = wtx.open_tree(TREE_CHUNKS)?;
+    let mut spans = Vec::new();
+    for item in chunks.prefix(id_key(id))? {
+        let (_, bytes) = item?;
+        let h = chunk::header(bytes)?;
+        spans.push((h.first_timestamp_ms, h.last_timestamp_ms));
+    }
+    Ok(spans)
+}
+
+fn compact_series(wtx: &mut WriteTxn<'_>, id: u64, report: &mut CompactReport) -> Result<()> {
+    let head_first = match wtx.open_tree(TREE_HEAD)?.get(id_key(id))? {
+        Some(open) => chunk::open_header(open)?.map(|h| h.first_timestamp_ms),
+        None => return Ok(()),
+    };
+    let limit = head_first.unwrap_or(i64::MAX);
+    let mut extra = Vec::new();
+    {
+        let mut ooo = wtx.open_tree(TREE_OOO)?;
+        if has_nested(&ooo, id)? {
+            let tree = ooo.open_fixed_tree(id_key(id), OOO_VALUE_BYTES)?;
+            for item in tree.range(..time_key(limit))? {
+                let (t, v) = item?;
+                extra.push(Sample {
+                    timestamp_ms: time_from_key(t),
+                    value: f64_from(v)?,
+                });
+            }
+        }
+    }
+    let (mut samples, counts) = {
+        let chunks = wtx.open_tree(TREE_CHUNKS)?;
+        let mut samples = Vec::new();
+        let mut counts = Vec::new();
+        for item in chunks.prefix(id_key(id))? {
+            let (_, bytes) = item?;
+            let decoded = chunk::decode(bytes)?;
+            counts.push(decoded.len());
+            samples.extend(decoded);
+        }
+        (samples, counts)
+    };
+    let mergeable = counts
+        .windows(2)
+        .any(|w| w[0] + w[1] <= COMPACTED_CHUNK_SAMPLES);
+    if extra.is_empty() && !mergeable {
+        return Ok(());
+    }
+    let spans = chunk_spans(wtx, id)?;
+    {
+        let mut chunks = wtx.open_tree(TREE_CHUNKS)?;
+        for &(first, _) in &spans {
+            chunks.remove(chunk_key(id, first))?;
+        }
+    }
+    {
+        let mut blocks = wtx.open_tree(TREE_BLOCKS)?;
+        for &(first, last) in &spans {
+            blocks.remove(block_key(last, id, first))?;
+        }
+    }
+    report.out_of_order_folded += extra.len() as u64;
+    if !extra.is_empty() {
+        let mut ooo = wtx.open_tree(TREE_OOO)?;
+        let left = {
+            let mut tree = ooo.open_fixed_tree(id_key(id), OOO_VALUE_BYTES)?;
+            tree.delete_range(..time_key(limit))?;
+            tree.len()
+        };
+        if left == 0 {
+            ooo.remove(id_key(id))?;
+        }
+    }
+    samples = overlay(samples, extra);
+    let sealed: Vec<(u64, Vec<u8>)> = samples
+        .chunks(COMPACTED_CHUNK_SAMPLES)
+        .map(|part| (id, chunk::encode(part)))
+        .collect();
+    report.series_rewritten += 1;
+    report.chunks_before += spans.len() as u64;
+    report.chunks_after += sealed.len() as u64;
+    store_sealed(wtx, &sealed)
+}

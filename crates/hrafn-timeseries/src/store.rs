@@ -1,0 +1,453 @@
+//! The store: series identity, merged appends, and the open/sealed chunk life cycle.
+
+use crate::chunk::{self, Append, OPEN_CHUNK_BYTES, Sample};
+use crate::error::{Error, Result};
+use crate::keys::*;
+use crate::labels::Labels;
+use hrafn::{Environment, WriteTxn};
+use parking_lot::RwLock;
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+/// Longest `name` plus `value` of one label, in bytes: the label index keys by the pair.
+pub const LABEL_PAIR_MAX_BYTES: usize = 1024;
+
+/// A series' id: stable for the series' life, never reused for another label set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SeriesId(pub u64);
+
+/// How a [`Store`] behaves.
+#[derive(Clone, Debug)]
+pub struct StoreOptions {
+    /// How far behind its newest sample a series still accepts samples, in milliseconds.
+    /// Older samples are counted in [`AppendReport::too_old`] and dropped.
+    pub out_of_order_window_ms: i64,
+    /// Options of the environment [`Store::open`] opens.
+    pub environment: hrafn::Options,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            out_of_order_window_ms: 3_600_000,
+            environment: hrafn::Options::default(),
+        }
+    }
+}
+
+/// What an append did with its samples.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AppendReport {
+    /// Samples appended in order to their series' open chunk.
+    pub appended: u64,
+    /// Samples at or before their series' newest sample (within the window): kept aside
+    /// and read back in their place; a sample at a stored timestamp replaces it.
+    pub out_of_order: u64,
+    /// Samples older than the out-of-order window: dropped.
+    pub too_old: u64,
+    /// Samples for a [`SeriesId`] the store does not know (deleted): dropped.
+    pub unknown_series: u64,
+    /// Series the append created.
+    pub series_created: u64,
+    /// Open chunks that filled up and were sealed.
+    pub chunks_sealed: u64,
+}
+
+impl AppendReport {
+    fn add(&mut self, other: &AppendReport) {
+        self.appended += other.appended;
+        self.out_of_order += other.out_of_order;
+        self.too_old += other.too_old;
+        self.unknown_series += other.unknown_series;
+        self.series_created += other.series_created;
+        self.chunks_sealed += other.chunks_sealed;
+    }
+}
+
+/// A time-series store in one Hrafn environment. Share it between threads: appends from
+/// many threads are merged into shared transactions and journal writes.
+pub struct Store {
+    env: Environment,
+    options: StoreOptions,
+    /// Label set → id, for series known to be committed. An entry can go stale only
+    /// through a deletion, which appends notice (the series has no open chunk) and repair.
+    cache: RwLock<HashMap<Labels, u64>>,
+}
+
+/// One row of an append: a series named by labels or by id, and a sample.
+#[derive(Clone)]
+enum Target {
+    Labels(Labels, Option<u64>),
+    Id(u64),
+}
+
+impl Store {
+    /// Opens (creating if needed) a store in directory `path`.
+    ///
+    /// # Errors
+    /// As [`Environment::open`]; [`Error::Corrupt`] for a store of another layout.
+    pub fn open(path: impl AsRef<Path>, options: StoreOptions) -> Result<Store> {
+        let env = Environment::open(path, options.environment.clone())?;
+        Store::with_environment(env, options)
+    }
+
+    /// Makes a store of an open environment (its trees are named `ts.*`).
+    ///
+    /// # Errors
+    /// As [`Store::open`].
+    pub fn with_environment(env: Environment, options: StoreOptions) -> Result<Store> {
+        let mut wtx = env.begin_write()?;
+        {
+            let mut meta = wtx.open_tree(TREE_META)?;
+            match meta.get(META_LAYOUT_VERSION)? {
+                None => {
+                    meta.insert(META_LAYOUT_VERSION, LAYOUT_VERSION.to_be_bytes())?;
+                    meta.insert(META_NEXT_SERIES_ID, 1u64.to_be_bytes())?;
+                }
+                Some(v) if v == LAYOUT_VERSION.to_be_bytes() => {}
+                Some(v) => {
+                    return Err(Error::Corrupt(format!(
+                        "time-series layout {v:?}, this build reads {LAYOUT_VERSION}"
+                    )));
+                }
+            }
+        }
+        for name in [
+            TREE_SERIES,
+            TREE_LABELS,
+            TREE_HEAD,
+            TREE_CHUNKS,
+            TREE_BLOCKS,
+            TREE_OOO,
+        ] {
+            wtx.open_tree(name)?;
+        }
+        wtx.open_multi_tree(TREE_POSTINGS)?;
+        wtx.commit()?;
+        Ok(Store {
+            env,
+            options,
+            cache: RwLock::new(HashMap::new()),
+        })
+    }
+
+    /// The environment underneath (for stats, backups, checks).
+    pub fn environment(&self) -> &Environment {
+        &self.env
+    }
+
+    /// The options the store was opened with.
+    pub fn options(&self) -> &StoreOptions {
+        &self.options
+    }
+
+    /// Appends `samples` (in any order) to the series named by `labels`, creating it if
+    /// needed. Durable when it returns (as the environment's durability says).
+    ///
+    /// # Errors
+    /// [`Error::InvalidLabels`] for a label pair over [`LABEL_PAIR_MAX_BYTES`]; engine
+    /// errors.
+    pub fn append(&self, labels: &Labels, samples: &[Sample]) -> Result<AppendReport> {
+        self.append_batch(samples.iter().map(|s| (labels.clone(), *s)).collect())
+    }
+
+    /// Appends a batch of `(series, sample)` rows in one (merged) transaction: a scrape of
+    /// many series at one timestamp, or any mix.
+    ///
+    /// # Errors
+    /// As [`Store::append`].
+    pub fn append_batch(&self, rows: Vec<(Labels, Sample)>) -> Result<AppendReport> {
+        let rows = {
+            let cache = self.cache.read();
+            rows.into_iter()
+                .map(|(labels, sample)| {
+                    let cached = cache.get(&labels).copied();
+                    (Target::Labels(labels, cached), sample)
+                })
+                .collect::<Vec<_>>()
+        };
+        for (target, _) in &rows {
+            if let Target::Labels(labels, None) = target {
+                check_label_sizes(labels)?;
+            }
+        }
+        self.run_append(rows)
+    }
+
+    /// Appends rows to series named by id (see [`Store::series_id`]): the cheapest path
+    /// for a caller that appends to the same series again and again.
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub fn append_ids(&self, rows: &[(SeriesId, Sample)]) -> Result<AppendReport> {
+        self.run_append(rows.iter().map(|&(id, s)| (Target::Id(id.0), s)).collect())
+    }
+
+    /// The id of the series named by `labels`, creating the series if needed.
+    ///
+    /// # Errors
+    /// As [`Store::append`].
+    pub fn series_id(&self, labels: &Labels) -> Result<SeriesId> {
+        if let Some(&id) = self.cache.read().get(labels) {
+            return Ok(SeriesId(id));
+        }
+        check_label_sizes(labels)?;
+        let owned = labels.clone();
+        let (id, _) = self.env.try_submit(move |wtx| -> Result<(u64, bool)> {
+            let mut created = false;
+            let id = lookup_or_create(wtx, &owned, &mut created)?;
+            Ok((id, created))
+        })?;
+        self.cache.write().insert(labels.clone(), id);
+        Ok(SeriesId(id))
+    }
+
+    fn run_append(&self, rows: Vec<(Target, Sample)>) -> Result<AppendReport> {
+        let rows = Arc::new(rows);
+        let window_ms = self.options.out_of_order_window_ms;
+        let shared = Arc::clone(&rows);
+        let (report, resolved) = self
+            .env
+            .try_submit(move |wtx| apply(wtx, &shared, window_ms))?;
+        if !resolved.is_empty() {
+            let mut cache = self.cache.write();
+            for (row, id) in resolved {
+                if let (Target::Labels(labels, _), _) = &rows[row] {
+                    cache.insert(labels.clone(), id);
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    /// Forgets cached ids (after a deletion).
+    pub(crate) fn clear_cache(&self) {
+        self.cache.write().clear();
+    }
+}
+
+fn check_label_sizes(labels: &Labels) -> Result<()> {
+    match labels
+        .iter()
+        .find(|(n, v)| n.len() + v.len() > LABEL_PAIR_MAX_BYTES)
+    {
+        Some((n, v)) => Err(Error::InvalidLabels(format!(
+            "label {n} has {} bytes of name and value, over {LABEL_PAIR_MAX_BYTES}",
+            n.len() + v.len()
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Rows whose series got an id in this transaction: `(row index, id)`, for the cache.
+type Resolved = Vec<(usize, u64)>;
+
+/// The body of an append transaction. Runs again if a merged transaction is retried, so
+/// it changes nothing outside `wtx`.
+fn apply(
+    wtx: &mut WriteTxn<'_>,
+    rows: &[(Target, Sample)],
+    window_ms: i64,
+) -> Result<(AppendReport, Resolved)> {
+    let mut report = AppendReport::default();
+    let mut resolved: Resolved = Vec::new();
+    // 1. An id for every row; label sets not cached are looked up (or created) once.
+    let mut ids: Vec<Option<u64>> = Vec::with_capacity(rows.len());
+    let mut local: HashMap<&Labels, u64> = HashMap::new();
+    for (row, (target, _)) in rows.iter().enumerate() {
+        ids.push(match target {
+            Target::Id(id) => Some(*id),
+            Target::Labels(_, Some(id)) => Some(*id),
+            Target::Labels(labels, None) => {
+                let id = match local.get(labels) {
+                    Some(&id) => id,
+                    None => {
+                        let mut created = false;
+                        let id = lookup_or_create(wtx, labels, &mut created)?;
+                        report.series_created += u64::from(created);
+                        local.insert(labels, id);
+                        id
+                    }
+                };
+                resolved.push((row, id));
+                Some(id)
+            }
+        });
+    }
+    // 2. Samples into open chunks; a cached id whose series was deleted is resolved again.
+    let mut pending: Vec<usize> = (0..rows.len()).collect();
+    for _attempt in 0..2 {
+        let mut out = HeadOutput::default();
+        let stale = append_to_heads(wtx, rows, &ids, &pending, window_ms, &mut out)?;
+        report.add(&out.report);
+        store_sealed(wtx, &out.sealed)?;
+        store_out_of_order(wtx, &out.out_of_order)?;
+        if stale.is_empty() {
+            break;
+        }
+        let mut again = Vec::new();
+        for row in stale {
+            match &rows[row].0 {
+                Target::Labels(labels, _) => {
+                    let mut created = false;
+                    let id = lookup_or_create(wtx, labels, &mut created)?;
+                    report.series_created += u64::from(created);
+                    ids[row] = Some(id);
+                    resolved.push((row, id));
+                    again.push(row);
+                }
+                Target::Id(_) => report.unknown_series += 1,
+            }
+        }
+        pending = again;
+    }
+    Ok((report, resolved))
+}
+
+#[derive(Default)]
+struct HeadOutput {
+    report: AppendReport,
+    sealed: Vec<(u64, Vec<u8>)>,
+    out_of_order: Vec<(u64, Sample)>,
+}
+
+/// Appends the `pending` rows to their open chunks. Returns the rows whose series has no
+/// open chunk (it was deleted).
+fn append_to_heads(
+    wtx: &mut WriteTxn<'_>,
+    rows: &[(Target, Sample)],
+    ids: &[Option<u64>],
+    pending: &[usize],
+    window_ms: i64,
+    out: &mut HeadOutput,
+) -> Result<Vec<usize>> {
+    let mut head = wtx.open_tree(TREE_HEAD)?;
+    let mut stale = Vec::new();
+    let mut buf = [0u8; OPEN_CHUNK_BYTES];
+    for &row in pending {
+        let Some(id) = ids[row] else { continue };
+        let sample = rows[row].1;
+        let key = id_key(id);
+        match head.get(key)? {
+            Some(bytes) if bytes.len() == OPEN_CHUNK_BYTES => buf.copy_from_slice(bytes),
+            Some(bytes) => {
+                return Err(Error::Corrupt(format!(
+                    "open chunk of series {id} has {} bytes",
+                    bytes.len()
+                )));
+            }
+            None => {
+                stale.push(row);
+                continue;
+            }
+        }
+        if let Some(h) = chunk::open_header(&buf)?
+            && sample.timestamp_ms <= h.last_timestamp_ms
+        {
+            if sample.timestamp_ms < h.last_timestamp_ms.saturating_sub(window_ms) {
+                out.report.too_old += 1;
+            } else {
+                out.report.out_of_order += 1;
+                out.out_of_order.push((id, sample));
+            }
+            continue;
+        }
+        if chunk::open_append(&mut buf, sample)? == Append::Full {
+            let sealed = chunk::seal(&buf)?.ok_or_else(|| {
+                Error::Corrupt(format!("series {id}: a full open chunk is empty"))
+            })?;
+            out.sealed.push((id, sealed));
+            out.report.chunks_sealed += 1;
+            buf = chunk::open_empty();
+            if chunk::open_append(&mut buf, sample)? == Append::Full {
+                return Err(Error::Corrupt("an empty open chunk is full".into()));
+            }
+        }
+        head.insert(key, buf)?;
+        out.report.appended += 1;
+    }
+    Ok(stale)
+}
+
+/// Files sealed chunks under their series and in the age index.
+pub(crate) fn store_sealed(wtx: &mut WriteTxn<'_>, sealed: &[(u64, Vec<u8>)]) -> Result<()> {
+    if sealed.is_empty() {
+        return Ok(());
+    }
+    let mut spans = Vec::with_capacity(sealed.len());
+    {
+        let mut chunks = wtx.open_tree(TREE_CHUNKS)?;
+        for (id, bytes) in sealed {
+            let h = chunk::header(bytes)?;
+            chunks.insert(chunk_key(*id, h.first_timestamp_ms), bytes)?;
+            spans.push((*id, h.first_timestamp_ms, h.last_timestamp_ms));
+        }
+    }
+    let mut blocks = wtx.open_tree(TREE_BLOCKS)?;
+    for (id, first, last) in spans {
+        blocks.insert(block_key(last, id, first), [])?;
+    }
+    Ok(())
+}
+
+/// Keeps out-of-order samples in their series' nested fixed-size tree.
+fn store_out_of_order(wtx: &mut WriteTxn<'_>, samples: &[(u64, Sample)]) -> Result<()> {
+    if samples.is_empty() {
+        return Ok(());
+    }
+    let mut ooo = wtx.open_tree(TREE_OOO)?;
+    for (id, sample) in samples {
+        let mut tree = ooo.open_fixed_tree(id_key(*id), OOO_VALUE_BYTES)?;
+        tree.insert(
+            time_key(sample.timestamp_ms),
+            &sample.value.to_bits().to_le_bytes(),
+        )?;
+    }
+    Ok(())
+}
+
+/// The id of `labels`' series, found through its hash, or a new series.
+fn lookup_or_create(wtx: &mut WriteTxn<'_>, labels: &Labels, created: &mut bool) -> Result<u64> {
+    let canonical = labels.encode();
+    let hash = labels_hash(&canonical);
+    let candidates: Vec<u64> = {
+        let series = wtx.open_tree(TREE_SERIES)?;
+        series
+            .prefix(hash.to_be_bytes())?
+            .map(|item| {
+                item.map_err(Error::from)
+                    .and_then(|(k, _)| Ok(pair_from(k)?.1))
+            })
+            .collect::<Result<_>>()?
+    };
+    {
+        let by_id = wtx.open_tree(TREE_LABELS)?;
+        for id in &candidates {
+            if by_id.get(id_key(*id))? == Some(canonical.as_slice()) {
+                return Ok(*id);
+            }
+        }
+    }
+    let id = {
+        let mut meta = wtx.open_tree(TREE_META)?;
+        let next = meta
+            .get(META_NEXT_SERIES_ID)?
+            .ok_or_else(|| Error::Corrupt("no next series id".into()))
+            .and_then(id_from)?;
+        meta.insert(META_NEXT_SERIES_ID, (next + 1).to_be_bytes())?;
+        next
+    };
+    wtx.open_tree(TREE_SERIES)?.insert(pair_key(hash, id), [])?;
+    wtx.open_tree(TREE_LABELS)?.insert(id_key(id), &canonical)?;
+    {
+        let mut postings = wtx.open_multi_tree(TREE_POSTINGS)?;
+        for (name, value) in labels.iter() {
+            postings.add(posting_key(name, value), id_key(id))?;
+        }
+    }
+    wtx.open_tree(TREE_HEAD)?
+        .insert(id_key(id), chunk::open_empty())?;
+    *created = true;
+    Ok(id)
+}
