@@ -1,6 +1,7 @@
 //! A time-series store on Hrafn.
 #![warn(missing_docs)]
 
+mod check;
 pub mod chunk;
 pub mod error;
 mod keys;
@@ -10,6 +11,7 @@ pub mod query;
 mod store;
 pub mod text;
 
+pub use check::TsCheckReport;
 pub use chunk::Sample;
 pub use error::{Error, Result};
 pub use labels::Labels;

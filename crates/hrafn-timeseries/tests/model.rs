@@ -244,6 +244,8 @@ fn run(seed: u64, ops: usize) {
             }
             85..=87 => {
                 store.compact().expect("compact");
+                let report = store.check().expect("check");
+                assert!(report.is_ok(), "op {op}: {:?}", report.problems);
             }
             88..=89 => {
                 let sel = selector(&mut rng);

@@ -1,0 +1,205 @@
+//! The integrity check: every structure of the store agrees with every other.
+
+use crate::chunk;
+use crate::error::{Error, Result};
+use crate::keys::*;
+use crate::labels::Labels;
+use crate::store::Store;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// What [`Store::check`] found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TsCheckReport {
+    /// Series checked.
+    pub series: u64,
+    /// Sealed chunks decoded.
+    pub sealed_chunks: u64,
+    /// Samples in sealed and open chunks.
+    pub samples: u64,
+    /// Out-of-order samples kept aside.
+    pub out_of_order_samples: u64,
+    /// Every disagreement, in words; empty when the store is sound.
+    pub problems: Vec<String>,
+}
+
+impl TsCheckReport {
+    /// Whether no problem was found.
+    pub fn is_ok(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+impl Store {
+    /// Checks the engine's pages (as [`hrafn::ReadTxn::check`]) and then that the store's
+    /// trees agree: every series has its labels, hash entry, index entries and open chunk;
+    /// every index entry names a series carrying that label; every sealed chunk decodes,
+    /// starts at its key's time, does not overlap its neighbours or the open chunk, and is
+    /// in the age index, which holds nothing else; out-of-order samples belong to a series.
+    ///
+    /// # Errors
+    /// Engine errors reading the trees (a damaged page is a reported problem instead).
+    pub fn check(&self) -> Result<TsCheckReport> {
+        let rtx = self.environment().begin_read()?;
+        let mut r = TsCheckReport::default();
+        if let Err(e) = rtx.check() {
+            r.problems.push(format!("engine check: {e}"));
+            return Ok(r);
+        }
+        let problem = |r: &mut TsCheckReport, p: String| r.problems.push(p);
+        // Series and their labels.
+        let mut series: BTreeMap<u64, Labels> = BTreeMap::new();
+        for item in rtx.open_tree(TREE_LABELS)?.iter()? {
+            let (k, v) = item?;
+            let id = id_from(k)?;
+            match Labels::decode(v) {
+                Ok(l) => {
+                    series.insert(id, l);
+                }
+                Err(e) => problem(&mut r, format!("series {id}: {e}")),
+            }
+        }
+        r.series = series.len() as u64;
+        let mut hashed = BTreeSet::new();
+        for item in rtx.open_tree(TREE_SERIES)?.iter()? {
+            let (hash, id) = pair_from(item?.0)?;
+            match series.get(&id) {
+                Some(l) if labels_hash(&l.encode()) == hash => {
+                    hashed.insert(id);
+                }
+                Some(_) => problem(&mut r, format!("series {id} filed under a wrong hash")),
+                None => problem(&mut r, format!("hash entry for unknown series {id}")),
+            }
+        }
+        let postings = rtx.open_multi_tree(TREE_POSTINGS)?;
+        let mut indexed = 0u64;
+        for key in postings.keys::<&[u8], _>(..)? {
+            let key = key?;
+            let (name, value) = posting_from(key)?;
+            for v in postings.values(key)? {
+                let id = id_from(v?)?;
+                indexed += 1;
+                if series.get(&id).and_then(|l| l.get(name)) != Some(value) {
+                    problem(
+                        &mut r,
+                        format!("index {name}={value} names series {id}, which lacks it"),
+                    );
+                }
+            }
+        }
+        let pairs: u64 = series.values().map(|l| l.len() as u64).sum();
+        if pairs != indexed {
+            problem(
+                &mut r,
+                format!("{pairs} label pairs but {indexed} index entries"),
+            );
+        }
+        // Open chunks.
+        let head = rtx.open_tree(TREE_HEAD)?;
+        let mut head_first: BTreeMap<u64, i64> = BTreeMap::new();
+        for (&id, _) in &series {
+            if !hashed.contains(&id) {
+                problem(&mut r, format!("series {id} has no hash entry"));
+            }
+            match head.get(id_key(id))? {
+                None => problem(&mut r, format!("series {id} has no open chunk")),
+                Some(open) => match chunk::open_samples(open) {
+                    Ok(samples) => {
+                        if samples
+                            .windows(2)
+                            .any(|w| w[0].timestamp_ms >= w[1].timestamp_ms)
+                        {
+                            problem(&mut r, format!("series {id}: open chunk out of order"));
+                        }
+                        if let Some(first) = samples.first() {
+                            head_first.insert(id, first.timestamp_ms);
+                        }
+                        r.samples += samples.len() as u64;
+                    }
+                    Err(e) => problem(&mut r, format!("series {id}: open chunk: {e}")),
+                },
+            }
+        }
+        if head.len() != series.len() as u64 {
+            problem(
+                &mut r,
+                format!("{} open chunks for {} series", head.len(), series.len()),
+            );
+        }
+        // Sealed chunks and the age index.
+        let mut spans: BTreeSet<(i64, u64, i64)> = BTreeSet::new();
+        let mut previous: Option<(u64, i64)> = None;
+        for item in rtx.open_tree(TREE_CHUNKS)?.iter()? {
+            let (k, bytes) = item?;
+            let (id, first_key) = pair_from(k)?;
+            let first = time_from_key(first_key);
+            r.sealed_chunks += 1;
+            if !series.contains_key(&id) {
+                problem(&mut r, format!("chunk of unknown series {id}"));
+            }
+            let samples = match chunk::decode(bytes) {
+                Ok(s) => s,
+                Err(e) => {
+                    problem(&mut r, format!("series {id} chunk at {first}: {e}"));
+                    continue;
+                }
+            };
+            let (Some(a), Some(b)) = (samples.first(), samples.last()) else {
+                problem(&mut r, format!("series {id} chunk at {first} is empty"));
+                continue;
+            };
+            if a.timestamp_ms != first {
+                problem(
+                    &mut r,
+                    format!(
+                        "series {id} chunk keyed {first} starts at {}",
+                        a.timestamp_ms
+                    ),
+                );
+            }
+            if let Some((pid, plast)) = previous
+                && pid == id
+                && plast >= first
+            {
+                problem(&mut r, format!("series {id}: chunks overlap at {first}"));
+            }
+            if head_first.get(&id).is_some_and(|&h| b.timestamp_ms >= h) {
+                problem(
+                    &mut r,
+                    format!("series {id}: chunk at {first} reaches the open chunk"),
+                );
+            }
+            previous = Some((id, b.timestamp_ms));
+            spans.insert((b.timestamp_ms, id, first));
+            r.samples += samples.len() as u64;
+        }
+        let mut blocks = BTreeSet::new();
+        for item in rtx.open_tree(TREE_BLOCKS)?.iter()? {
+            blocks.insert(block_from(item?.0)?);
+        }
+        for missing in spans.difference(&blocks) {
+            problem(
+                &mut r,
+                format!("chunk {missing:?} (last, series, first) missing from the age index"),
+            );
+        }
+        for extra in blocks.difference(&spans) {
+            problem(&mut r, format!("age index entry {extra:?} names no chunk"));
+        }
+        // Out-of-order samples.
+        let ooo = rtx.open_tree(TREE_OOO)?;
+        for item in ooo.iter()? {
+            let (k, _) = item?;
+            let id = id_from(k)?;
+            if !series.contains_key(&id) {
+                problem(
+                    &mut r,
+                    format!("out-of-order samples of unknown series {id}"),
+                );
+                continue;
+            }
+            let tree = ooo.open_fixed_tree(k).map_err(Error::from)?;
+            r.out_of_order_samples += tree.len();
+        }
+        Ok(r)
+    }
+}
