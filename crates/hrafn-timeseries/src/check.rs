@@ -96,7 +96,7 @@ impl Store {
         // Open chunks.
         let head = rtx.open_tree(TREE_HEAD)?;
         let mut head_first: BTreeMap<u64, i64> = BTreeMap::new();
-        for (&id, _) in &series {
+        for &id in series.keys() {
             if !hashed.contains(&id) {
                 problem(&mut r, format!("series {id} has no hash entry"));
             }
