@@ -10,6 +10,8 @@ mod plot;
 mod report;
 mod result;
 mod sys;
+#[cfg(feature = "hrafn")]
+mod timeseries;
 mod verdict;
 mod workloads;
 
@@ -94,6 +96,21 @@ enum Cmd {
         #[arg(long)]
         tmpdir: Option<PathBuf>,
     },
+    /// The time-series store against a plain B+tree layout on a monitoring workload:
+    /// durable ingest, bytes per sample, selective and broad query latency. The default
+    /// is a simulated day of 10,000 series; `--series 2000 --scrapes 960` is a quick run.
+    #[cfg(feature = "hrafn")]
+    Timeseries {
+        /// Series (24 per simulated node-exporter instance).
+        #[arg(long, default_value_t = 10_000)]
+        series: usize,
+        /// Scrapes, one every 15 s of simulated time (5760 = one day).
+        #[arg(long, default_value_t = 5_760)]
+        scrapes: usize,
+        /// Where to make the temporary directories (default: the system's).
+        #[arg(long)]
+        tmpdir: Option<PathBuf>,
+    },
 }
 
 fn main() -> Result<()> {
@@ -111,6 +128,15 @@ fn main() -> Result<()> {
                 bulk_100m: *bulk_100m,
             };
             run_one(workload, engine, &cfg, tmpdir.as_deref())
+        }
+        #[cfg(feature = "hrafn")]
+        Some(Cmd::Timeseries {
+            series,
+            scrapes,
+            tmpdir,
+        }) => {
+            let dir = temp_dir_in(tmpdir.as_deref())?;
+            timeseries::run(*series, *scrapes, dir.path())
         }
         None => run_all(&cli),
     }

@@ -1,0 +1,344 @@
+//! `hrafn-bench timeseries`: the time-series store on a monitoring-shaped workload, beside
+//! a plain B+tree layout in Hrafn (key `series id | timestamp` → 8-byte value).
+//!
+//! The workload: node-exporter-like label sets (24 series per instance: CPU seconds by cpu
+//! and mode, memory, network and disk byte counters, filesystem space, load), one sample
+//! per series per 15 s scrape, over a simulated span. Scrapes go in from 4 threads (as 4
+//! scrape pools would), each a durable append of its share of the series.
+
+use anyhow::{Context, Result, ensure};
+use hrafn::{Durability, Environment, Options};
+use hrafn_timeseries::text::parse_selector;
+use hrafn_timeseries::{Aggregation, Labels, RangeQuery, Sample, SeriesId, Store, StoreOptions};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const SCRAPE_MS: i64 = 15_000;
+const SERIES_PER_INSTANCE: usize = 24;
+const THREADS: usize = 4;
+
+/// One series of the workload: its labels and how its value moves.
+struct Series {
+    labels: Labels,
+    counter: bool,
+    value: f64,
+}
+
+fn workload(series_count: usize) -> Vec<Series> {
+    let mut rng = StdRng::seed_from_u64(13);
+    let mut out = Vec::with_capacity(series_count);
+    let mut instance = 0;
+    while out.len() < series_count {
+        let inst = format!("host-{instance}:9100");
+        let base = [("job", "node"), ("instance", inst.as_str())];
+        let mut add = |name: &str, extra: &[(&str, &str)], counter: bool, value: f64| {
+            let mut pairs: Vec<(&str, &str)> = base.to_vec();
+            pairs.push(("__name__", name));
+            pairs.extend_from_slice(extra);
+            out.push(Series {
+                labels: Labels::new(pairs).expect("valid labels"),
+                counter,
+                value,
+            });
+        };
+        for cpu in ["0", "1", "2", "3"] {
+            for mode in ["idle", "user", "system", "iowait"] {
+                add(
+                    "node_cpu_seconds_total",
+                    &[("cpu", cpu), ("mode", mode)],
+                    true,
+                    1e5,
+                );
+            }
+        }
+        add("node_memory_MemAvailable_bytes", &[], false, 8.0e9);
+        add("node_load1", &[], false, 1.0);
+        for device in ["eth0", "lo"] {
+            add(
+                "node_network_receive_bytes_total",
+                &[("device", device)],
+                true,
+                1e9,
+            );
+        }
+        for device in ["sda", "sdb"] {
+            add(
+                "node_disk_read_bytes_total",
+                &[("device", device)],
+                true,
+                1e10,
+            );
+        }
+        for (mount, device) in [("/", "sda1"), ("/home", "sdb1")] {
+            add(
+                "node_filesystem_avail_bytes",
+                &[
+                    ("mountpoint", mount),
+                    ("device", device),
+                    ("fstype", "ext4"),
+                ],
+                false,
+                5e10,
+            );
+        }
+        debug_assert_eq!(out.len() % SERIES_PER_INSTANCE, 0);
+        instance += 1;
+        let _ = &mut rng;
+    }
+    out.truncate(series_count);
+    out
+}
+
+/// The next value of a series: counters grow by realistic steps, gauges wander.
+fn step(s: &mut Series, rng: &mut StdRng) -> f64 {
+    s.value = if s.counter {
+        if s.value < 1e6 {
+            // CPU seconds: up to 15 s per scrape in 10 ms ticks.
+            s.value + f64::from(rng.gen_range(0..1500u32)) / 100.0
+        } else {
+            s.value + f64::from(rng.gen_range(0..200_000u32))
+        }
+    } else if s.value > 1e6 {
+        s.value + f64::from(rng.gen_range(-4096i32..4096)) * 4096.0
+    } else {
+        ((s.value + f64::from(rng.gen_range(-10i32..=10)) / 100.0).max(0.0) * 100.0).round() / 100.0
+    };
+    s.value
+}
+
+/// Times the ingest of `scrapes` scrapes of every series: `append(thread, rows)` stores
+/// one thread's share of one scrape.
+fn ingest(
+    series: &mut [Series],
+    scrapes: usize,
+    append: &(dyn Fn(usize, Vec<(usize, Sample)>) -> Result<()> + Sync),
+) -> Result<Duration> {
+    let mut rng = StdRng::seed_from_u64(17);
+    let start = Instant::now();
+    let share = series.len().div_ceil(THREADS);
+    for scrape in 0..scrapes {
+        let t = scrape as i64 * SCRAPE_MS + rng.gen_range(0..5);
+        let rows: Vec<Vec<(usize, Sample)>> = series
+            .chunks_mut(share)
+            .enumerate()
+            .map(|(part, chunk)| {
+                chunk
+                    .iter_mut()
+                    .enumerate()
+                    .map(|(i, s)| {
+                        let value = step(s, &mut rng);
+                        (
+                            part * share + i,
+                            Sample {
+                                timestamp_ms: t,
+                                value,
+                            },
+                        )
+                    })
+                    .collect()
+            })
+            .collect();
+        std::thread::scope(|scope| -> Result<()> {
+            let handles: Vec<_> = rows
+                .into_iter()
+                .enumerate()
+                .map(|(thread, rows)| scope.spawn(move || append(thread, rows)))
+                .collect();
+            for h in handles {
+                h.join()
+                    .map_err(|_| anyhow::anyhow!("an ingest thread panicked"))??;
+            }
+            Ok(())
+        })?;
+    }
+    Ok(start.elapsed())
+}
+
+fn used_bytes(env: &Environment) -> Result<u64> {
+    let report = env.begin_read()?.check()?;
+    Ok(report.used_pages * hrafn::limits::PAGE_SIZE_BYTES as u64)
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+/// Runs the comparison and prints the table.
+pub fn run(series_count: usize, scrapes: usize, dir: &Path) -> Result<()> {
+    let samples = (series_count * scrapes) as f64;
+    println!(
+        "time series: {series_count} series (node-exporter-like, {SERIES_PER_INSTANCE} per instance) x {scrapes} scrapes every 15 s ({:.1} h), {THREADS} ingest threads, durable appends",
+        scrapes as f64 * SCRAPE_MS as f64 / 3.6e6
+    );
+    // The store.
+    let store_dir = dir.join("store");
+    let options = StoreOptions {
+        environment: Options::default().durability(Durability::Immediate),
+        ..StoreOptions::default()
+    };
+    let store = Store::open(&store_dir, options).context("opening the store")?;
+    let mut series = workload(series_count);
+    let ids: Vec<SeriesId> = series
+        .iter()
+        .map(|s| store.series_id(&s.labels))
+        .collect::<hrafn_timeseries::Result<_>>()?;
+    let ids = Arc::new(ids);
+    let elapsed = ingest(&mut series, scrapes, &|_, rows| {
+        let rows: Vec<(SeriesId, Sample)> = rows.into_iter().map(|(i, s)| (ids[i], s)).collect();
+        let report = store.append_ids(&rows)?;
+        ensure!(
+            report.appended == rows.len() as u64,
+            "append report {report:?}"
+        );
+        Ok(())
+    })?;
+    let ingest_rate = samples / elapsed.as_secs_f64();
+    let before = used_bytes(store.environment())?;
+    let t = Instant::now();
+    let compacted = store.compact()?;
+    let compact_s = t.elapsed().as_secs_f64();
+    let after = used_bytes(store.environment())?;
+    let file_bytes = store.environment().stats().data_file_size_bytes;
+
+    // Queries: one metric of one instance over the last hour; a day-wide sum by instance.
+    let end = scrapes as i64 * SCRAPE_MS;
+    let instances = series_count.div_ceil(SERIES_PER_INSTANCE);
+    let mut rng = StdRng::seed_from_u64(23);
+    let mut selective = Vec::new();
+    for _ in 0..500 {
+        let inst = rng.gen_range(0..instances);
+        let sel = format!("node_cpu_seconds_total{{instance=\"host-{inst}:9100\",mode=\"user\"}}");
+        let matchers = parse_selector(&sel)?;
+        let t0 = Instant::now();
+        let got = store.select(&matchers, end - 3_600_000, end)?;
+        selective.push(t0.elapsed());
+        ensure!(!got.is_empty(), "no series for {sel}");
+    }
+    selective.sort();
+    let broad = RangeQuery::new("node_cpu_seconds_total", 0, end, 60_000)?
+        .rate(300_000)
+        .aggregate(Aggregation::Sum, &["instance"]);
+    let mut broad_times = Vec::new();
+    for _ in 0..3 {
+        let t0 = Instant::now();
+        let out = store.query_range(&broad)?;
+        broad_times.push(t0.elapsed());
+        ensure!(
+            out.len() == instances.min(series_count),
+            "{} groups",
+            out.len()
+        );
+    }
+    broad_times.sort();
+    let check = store.check()?;
+    ensure!(check.is_ok(), "check: {:?}", check.problems);
+    drop(store);
+
+    // The baseline: every sample as its own B+tree entry.
+    let base_dir = dir.join("btree");
+    let env = Environment::open(
+        &base_dir,
+        Options::default().durability(Durability::Immediate),
+    )?;
+    let mut series = workload(series_count);
+    let base_elapsed = ingest(&mut series, scrapes, &|_, rows| {
+        env.submit(move |wtx| {
+            let mut tree = wtx.open_tree("samples")?;
+            for (i, s) in &rows {
+                let mut key = [0u8; 16];
+                key[..8].copy_from_slice(&(*i as u64).to_be_bytes());
+                key[8..].copy_from_slice(&((s.timestamp_ms as u64) ^ (1 << 63)).to_be_bytes());
+                tree.insert(key, s.value.to_bits().to_le_bytes())?;
+            }
+            Ok(())
+        })?;
+        Ok(())
+    })?;
+    let base_rate = samples / base_elapsed.as_secs_f64();
+    let base_bytes = used_bytes(&env)?;
+    let rtx = env.begin_read()?;
+    let tree = rtx.open_tree("samples")?;
+    let mut base_selective = Vec::new();
+    for _ in 0..500 {
+        // The same shape: the 4 "user" CPU series of one instance (indices 1, 5, 9, 13).
+        let inst = rng.gen_range(0..instances) as u64;
+        let t0 = Instant::now();
+        let mut n = 0;
+        for cpu in 0..4u64 {
+            let id = inst * SERIES_PER_INSTANCE as u64 + cpu * 4 + 1;
+            let mut from = [0u8; 16];
+            from[..8].copy_from_slice(&id.to_be_bytes());
+            from[8..].copy_from_slice(&(((end - 3_600_000) as u64) ^ (1 << 63)).to_be_bytes());
+            let mut to = from;
+            to[8..].copy_from_slice(&((end as u64) ^ (1 << 63)).to_be_bytes());
+            for item in tree.range::<&[u8], _>(&from[..]..=&to[..])? {
+                let (_, v) = item?;
+                n += v.len();
+            }
+        }
+        base_selective.push(t0.elapsed());
+        ensure!(n > 0 || (instances as u64) * (SERIES_PER_INSTANCE as u64) > series_count as u64);
+    }
+    base_selective.sort();
+
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    println!("{:<34} {:>14} {:>14}", "", "store", "plain B+tree");
+    println!(
+        "{:<34} {:>12.0}/s {:>12.0}/s   ({:.2}x)",
+        "durable ingest, samples",
+        ingest_rate,
+        base_rate,
+        ingest_rate / base_rate
+    );
+    println!(
+        "{:<34} {:>14.2} {:>14.2}   (store before compaction {:.2}; data file {:.2})",
+        "bytes per sample (pages in use)",
+        after as f64 / samples,
+        base_bytes as f64 / samples,
+        before as f64 / samples,
+        file_bytes as f64 / samples
+    );
+    println!(
+        "{:<34} {:>11.1} us {:>11.1} us",
+        "selective query p50 (1 h, 4 series)",
+        us(percentile(&selective, 0.5)),
+        us(percentile(&base_selective, 0.5))
+    );
+    println!(
+        "{:<34} {:>11.1} us {:>11.1} us",
+        "selective query p99",
+        us(percentile(&selective, 0.99)),
+        us(percentile(&base_selective, 0.99))
+    );
+    println!(
+        "{:<34} {:>11.1} ms {:>14}",
+        "broad query (sum by instance of rate, all cpu series, whole span, 1 min steps), median of 3",
+        us(broad_times[1]) / 1000.0,
+        "-"
+    );
+    println!(
+        "compaction: {:.2} s, {} series rewritten, {} chunks into {}",
+        compact_s, compacted.series_rewritten, compacted.chunks_before, compacted.chunks_after
+    );
+    println!(
+        "targets: ingest >= 1M samples/s: {} ({:.0}); <= 2 bytes/sample after compaction: {} ({:.2}); selective p50 <= 1 ms: {} ({:.1} us)",
+        if ingest_rate >= 1e6 { "met" } else { "NOT met" },
+        ingest_rate,
+        if after as f64 / samples <= 2.0 {
+            "met"
+        } else {
+            "NOT met"
+        },
+        after as f64 / samples,
+        if percentile(&selective, 0.5) <= Duration::from_millis(1) {
+            "met"
+        } else {
+            "NOT met"
+        },
+        us(percentile(&selective, 0.5))
+    );
+    Ok(())
+}
