@@ -3,7 +3,10 @@
 //!
 //! The workload: node-exporter-like label sets (24 series per instance: CPU seconds by cpu
 //! and mode, memory, network and disk byte counters, filesystem space, load), one sample
-//! per series per 15 s scrape, over a simulated span. Scrapes go in from 4 threads (as 4
+//! per series per 15 s scrape (with up to 5 ms of jitter), over a simulated span. Values
+//! move as those metrics do: CPU seconds in 10 ms ticks, byte counters in bytes (disks and
+//! loopback often idle), memory and filesystem space in 4 KiB pages (filesystems mostly
+//! still), load averages in hundredths. Scrapes go in from 4 threads (as 4
 //! scrape pools would), each a durable append of its share of the series.
 
 use anyhow::{Context, Result, ensure};
@@ -20,91 +23,153 @@ const SCRAPE_MS: i64 = 15_000;
 const SERIES_PER_INSTANCE: usize = 24;
 const THREADS: usize = 4;
 
+/// How a series' value moves from scrape to scrape, after node exporter's metrics.
+#[derive(Clone, Copy)]
+enum Kind {
+    /// CPU seconds (two decimals, as the kernel's 10 ms ticks give): grows by up to this
+    /// many seconds per 15 s scrape.
+    CpuSeconds(u32),
+    /// A byte counter that grows by up to this many bytes per scrape, and stays put with
+    /// probability `idle_percent`.
+    Bytes { step: u32, idle_percent: u32 },
+    /// A gauge in multiples of `unit` bytes that moves by up to `steps` units, and stays
+    /// put with probability `idle_percent`.
+    Space {
+        unit: f64,
+        steps: i32,
+        idle_percent: u32,
+    },
+    /// A load average (two decimals).
+    Load,
+}
+
 /// One series of the workload: its labels and how its value moves.
 struct Series {
     labels: Labels,
-    counter: bool,
+    kind: Kind,
     value: f64,
 }
 
 fn workload(series_count: usize) -> Vec<Series> {
-    let mut rng = StdRng::seed_from_u64(13);
     let mut out = Vec::with_capacity(series_count);
     let mut instance = 0;
     while out.len() < series_count {
         let inst = format!("host-{instance}:9100");
         let base = [("job", "node"), ("instance", inst.as_str())];
-        let mut add = |name: &str, extra: &[(&str, &str)], counter: bool, value: f64| {
+        let mut add = |name: &str, extra: &[(&str, &str)], kind: Kind, value: f64| {
             let mut pairs: Vec<(&str, &str)> = base.to_vec();
             pairs.push(("__name__", name));
             pairs.extend_from_slice(extra);
             out.push(Series {
                 labels: Labels::new(pairs).expect("valid labels"),
-                counter,
+                kind,
                 value,
             });
         };
         for cpu in ["0", "1", "2", "3"] {
-            for mode in ["idle", "user", "system", "iowait"] {
+            for (mode, step) in [("idle", 15), ("user", 3), ("system", 1), ("iowait", 0)] {
+                let labels = [("cpu", cpu), ("mode", mode)];
                 add(
                     "node_cpu_seconds_total",
-                    &[("cpu", cpu), ("mode", mode)],
-                    true,
-                    1e5,
+                    &labels,
+                    Kind::CpuSeconds(step),
+                    123_456.78,
                 );
             }
         }
-        add("node_memory_MemAvailable_bytes", &[], false, 8.0e9);
-        add("node_load1", &[], false, 1.0);
-        for device in ["eth0", "lo"] {
-            add(
-                "node_network_receive_bytes_total",
-                &[("device", device)],
-                true,
-                1e9,
-            );
-        }
+        let memory = Kind::Space {
+            unit: 4096.0,
+            steps: 256,
+            idle_percent: 0,
+        };
+        add(
+            "node_memory_MemAvailable_bytes",
+            &[],
+            memory,
+            8_000_000_000.0 - 8_000_000_000.0 % 4096.0,
+        );
+        add("node_load1", &[], Kind::Load, 1.0);
+        let network = Kind::Bytes {
+            step: 200_000,
+            idle_percent: 0,
+        };
+        add(
+            "node_network_receive_bytes_total",
+            &[("device", "eth0")],
+            network,
+            1e9,
+        );
+        let loopback = Kind::Bytes {
+            step: 2_000,
+            idle_percent: 50,
+        };
+        add(
+            "node_network_receive_bytes_total",
+            &[("device", "lo")],
+            loopback,
+            1e7,
+        );
         for device in ["sda", "sdb"] {
+            let disk = Kind::Bytes {
+                step: 512 * 64,
+                idle_percent: 70,
+            };
             add(
                 "node_disk_read_bytes_total",
                 &[("device", device)],
-                true,
+                disk,
                 1e10,
             );
         }
         for (mount, device) in [("/", "sda1"), ("/home", "sdb1")] {
+            let labels = [
+                ("mountpoint", mount),
+                ("device", device),
+                ("fstype", "ext4"),
+            ];
+            let space = Kind::Space {
+                unit: 4096.0,
+                steps: 64,
+                idle_percent: 90,
+            };
             add(
                 "node_filesystem_avail_bytes",
-                &[
-                    ("mountpoint", mount),
-                    ("device", device),
-                    ("fstype", "ext4"),
-                ],
-                false,
-                5e10,
+                &labels,
+                space,
+                5e10 - 5e10 % 4096.0,
             );
         }
         debug_assert_eq!(out.len() % SERIES_PER_INSTANCE, 0);
         instance += 1;
-        let _ = &mut rng;
     }
     out.truncate(series_count);
     out
 }
 
-/// The next value of a series: counters grow by realistic steps, gauges wander.
+/// The next value of a series.
 fn step(s: &mut Series, rng: &mut StdRng) -> f64 {
-    s.value = if s.counter {
-        if s.value < 1e6 {
-            // CPU seconds: up to 15 s per scrape in 10 ms ticks.
-            s.value + f64::from(rng.gen_range(0..1500u32)) / 100.0
-        } else {
-            s.value + f64::from(rng.gen_range(0..200_000u32))
+    let cents = |v: f64| (v * 100.0).round() / 100.0;
+    s.value = match s.kind {
+        Kind::CpuSeconds(max) => cents(s.value + f64::from(rng.gen_range(0..=max * 100)) / 100.0),
+        Kind::Bytes { step, idle_percent } => {
+            if rng.gen_range(0..100) < idle_percent {
+                s.value
+            } else {
+                s.value + f64::from(rng.gen_range(0..step))
+            }
         }
-    } else if s.value > 1e6 {
-        s.value + f64::from(rng.gen_range(-4096i32..4096)) * 4096.0
-    } else {
-        ((s.value + f64::from(rng.gen_range(-10i32..=10)) / 100.0).max(0.0) * 100.0).round() / 100.0
+        Kind::Space {
+            unit,
+            steps,
+            idle_percent,
+        } => {
+            if rng.gen_range(0..100) < idle_percent {
+                s.value
+            } else {
+                s.value + f64::from(rng.gen_range(-steps..=steps)) * unit
+            }
+        }
+        Kind::Load => cents((s.value + f64::from(rng.gen_range(-10i32..=10)) / 100.0).max(0.0)),
     };
     s.value
 }
@@ -162,6 +227,19 @@ fn used_bytes(env: &Environment) -> Result<u64> {
     Ok(report.used_pages * hrafn::limits::PAGE_SIZE_BYTES as u64)
 }
 
+/// Bytes and samples of the store's sealed chunks, read through the engine.
+fn sealed_payload(env: &Environment) -> Result<(u64, u64)> {
+    let rtx = env.begin_read()?;
+    let chunks = rtx.open_tree("ts.chunks")?;
+    let (mut bytes, mut samples) = (0u64, 0u64);
+    for item in chunks.iter()? {
+        let (_, v) = item?;
+        bytes += v.len() as u64;
+        samples += u64::from(hrafn_timeseries::chunk::header(v)?.sample_count);
+    }
+    Ok((bytes, samples))
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
@@ -201,6 +279,7 @@ pub fn run(series_count: usize, scrapes: usize, dir: &Path) -> Result<()> {
     let compacted = store.compact()?;
     let compact_s = t.elapsed().as_secs_f64();
     let after = used_bytes(store.environment())?;
+    let (chunk_bytes, chunk_samples) = sealed_payload(store.environment())?;
     let file_bytes = store.environment().stats().data_file_size_bytes;
 
     // Queries: one metric of one instance over the last hour; a day-wide sum by instance.
@@ -300,6 +379,11 @@ pub fn run(series_count: usize, scrapes: usize, dir: &Path) -> Result<()> {
         base_bytes as f64 / samples,
         before as f64 / samples,
         file_bytes as f64 / samples
+    );
+    println!(
+        "{:<34} {:>14.2}   (compressed chunk bytes over the samples in them)",
+        "  of which sealed chunk payload",
+        chunk_bytes as f64 / chunk_samples.max(1) as f64,
     );
     println!(
         "{:<34} {:>11.1} us {:>11.1} us",

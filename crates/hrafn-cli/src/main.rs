@@ -1,5 +1,6 @@
 //! `hrafn`: inspect, check and read a Hrafn environment, also while another process has it
-//! open for writing (every command but `load` and an in-place `compact` opens read-only).
+//! open for writing (every command but `load`, an in-place `compact` and the writing `ts`
+//! commands opens read-only).
 //!
 //! Exit codes: 0 success; 1 the thing asked for is not there (a tree, a key) or the check
 //! found damage; 2 bad usage; 3 any other error (unreadable directory, I/O).
@@ -8,6 +9,7 @@ mod backup;
 mod compact;
 mod dump;
 mod report;
+mod ts;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use hrafn::btree::TreeKind;
@@ -130,6 +132,31 @@ enum Command {
         /// DIR as it is (it may stay open for writing meanwhile).
         #[arg(long)]
         into: Option<PathBuf>,
+    },
+    /// A time-series store in DIR: ingest, query, export, labels, compact, retain
+    ///
+    /// Samples come and go as Prometheus exposition text (`metric{label="value"} value
+    /// timestamp_ms`) or as CSV (`series,timestamp_ms,value`); `export` writes what
+    /// `ingest` reads back. A SELECTOR is a PromQL vector selector such as
+    /// `http_requests_total{job="api",code=~"5.."}`.
+    ///
+    /// A TIME is milliseconds since the Unix epoch, `now`, or `now-<duration>` (now-1h,
+    /// now-15m, now-30s, now-30d); a DURATION is milliseconds or such as 30s, 15m, 1h30m.
+    ///
+    /// `query`, `export` and `labels` open DIR read-only (another process may be writing
+    /// it); `ingest`, `compact` and `retain` open it for writing (no other process may).
+    ///
+    /// Examples:
+    ///   hrafn ts ingest db metrics.prom
+    ///   hrafn ts query db 'up{job="api"}' --start now-1h --end now
+    ///   hrafn ts query db 'http_requests_total' --start now-1h --end now --step 1m \
+    ///       --rate 5m --agg sum --by code
+    ///   hrafn ts export db '{__name__=~".+"}' --format csv > all.csv
+    ///   hrafn ts retain db --before now-30d
+    #[command(verbatim_doc_comment)]
+    Ts {
+        #[command(subcommand)]
+        command: ts::TsCommand,
     },
 }
 
@@ -327,6 +354,7 @@ fn run(command: Command, out: &mut impl Write) -> Result<(), Failure> {
             chain,
             compact,
         } => backup::backup(&dir, &target, incremental, chain, compact, out),
+        Command::Ts { command } => ts::run(command, out),
         Command::Restore { into, backups } => backup::restore(&backups, &into, out),
         Command::Verify { backups, deep } => backup::verify(&backups, deep, out),
         Command::Scan {

@@ -9,6 +9,9 @@ pub enum Error {
     /// A label set that cannot name a series (no `__name__`, a bad name, a repeated name).
     #[error("invalid labels: {0}")]
     InvalidLabels(String),
+    /// The environment holds no time-series store (opened read-only, so none was made).
+    #[error("no time-series store in this environment")]
+    NotAStore,
     /// Stored time-series bytes that do not decode (a chunk, a label set, an index entry).
     #[error("corrupt time-series data: {0}")]
     Corrupt(String),

@@ -92,6 +92,37 @@ impl Store {
         Store::with_environment(env, options)
     }
 
+    /// Opens an existing store for reading only: another process may hold it open for
+    /// writing, and nothing on disk changes. Appends and maintenance fail with the
+    /// engine's read-only error.
+    ///
+    /// # Errors
+    /// [`Error::NotAStore`] when the environment holds no time-series store; as
+    /// [`Environment::open_read_only`].
+    pub fn open_read_only(path: impl AsRef<Path>, options: StoreOptions) -> Result<Store> {
+        let env = Environment::open_read_only(path, options.environment.clone())?;
+        {
+            let rtx = env.begin_read()?;
+            if !rtx.list_trees()?.iter().any(|t| t == TREE_META) {
+                return Err(Error::NotAStore);
+            }
+            let version = rtx
+                .open_tree(TREE_META)?
+                .get(META_LAYOUT_VERSION)?
+                .map(<[u8]>::to_vec);
+            if version.as_deref() != Some(&LAYOUT_VERSION.to_be_bytes()[..]) {
+                return Err(Error::Corrupt(format!(
+                    "time-series layout {version:?}, this build reads {LAYOUT_VERSION}"
+                )));
+            }
+        }
+        Ok(Store {
+            env,
+            options,
+            cache: RwLock::new(HashMap::new()),
+        })
+    }
+
     /// Makes a store of an open environment (its trees are named `ts.*`).
     ///
     /// # Errors
