@@ -22,6 +22,12 @@ use std::time::{Duration, Instant};
 const SCRAPE_MS: i64 = 15_000;
 const SERIES_PER_INSTANCE: usize = 24;
 const THREADS: usize = 4;
+/// Seeds the values of every scrape, so other tools can be fed the very same samples.
+const SAMPLES_SEED: u64 = 17;
+/// Most samples handed to Prometheus's block import (its input is a text file).
+const PROMTOOL_SAMPLES_MAX: usize = 2_000_000;
+/// Most scrapes the plain B+tree baseline ingests (4 h): enough for its rate and size.
+const BASELINE_SCRAPES_MAX: usize = 960;
 
 /// How a series' value moves from scrape to scrape, after node exporter's metrics.
 #[derive(Clone, Copy)]
@@ -176,32 +182,35 @@ fn step(s: &mut Series, rng: &mut StdRng) -> f64 {
 
 /// Times the ingest of `scrapes` scrapes of every series: `append(thread, rows)` stores
 /// one thread's share of one scrape.
+/// The timestamp and values of scrape number `scrape` (call in order, with one `rng`).
+fn scrape(series: &mut [Series], scrape: usize, rng: &mut StdRng) -> (i64, Vec<f64>) {
+    let t = scrape as i64 * SCRAPE_MS + rng.gen_range(0..5);
+    (t, series.iter_mut().map(|s| step(s, rng)).collect())
+}
+
 fn ingest(
     series: &mut [Series],
     scrapes: usize,
     append: &(dyn Fn(usize, Vec<(usize, Sample)>) -> Result<()> + Sync),
 ) -> Result<Duration> {
-    let mut rng = StdRng::seed_from_u64(17);
+    let mut rng = StdRng::seed_from_u64(SAMPLES_SEED);
     let start = Instant::now();
     let share = series.len().div_ceil(THREADS);
-    for scrape in 0..scrapes {
-        let t = scrape as i64 * SCRAPE_MS + rng.gen_range(0..5);
-        let rows: Vec<Vec<(usize, Sample)>> = series
-            .chunks_mut(share)
+    for n in 0..scrapes {
+        let (t, values) = scrape(series, n, &mut rng);
+        let rows: Vec<Vec<(usize, Sample)>> = values
+            .chunks(share)
             .enumerate()
-            .map(|(part, chunk)| {
-                chunk
-                    .iter_mut()
+            .map(|(part, values)| {
+                values
+                    .iter()
                     .enumerate()
-                    .map(|(i, s)| {
-                        let value = step(s, &mut rng);
-                        (
-                            part * share + i,
-                            Sample {
-                                timestamp_ms: t,
-                                value,
-                            },
-                        )
+                    .map(|(i, &value)| {
+                        let sample = Sample {
+                            timestamp_ms: t,
+                            value,
+                        };
+                        (part * share + i, sample)
                     })
                     .collect()
             })
@@ -225,6 +234,96 @@ fn ingest(
 fn used_bytes(env: &Environment) -> Result<u64> {
     let report = env.begin_read()?.check()?;
     Ok(report.used_pages * hrafn::limits::PAGE_SIZE_BYTES as u64)
+}
+
+/// What Prometheus's own tool measured on the same series.
+struct Prometheus {
+    version: String,
+    ingest_per_s: f64,
+    block_bytes: u64,
+    block_samples: usize,
+}
+
+/// Runs `promtool tsdb bench write` on the workload's label sets (its head appender with
+/// its own values) and `promtool tsdb create-blocks-from openmetrics` on the very samples
+/// the store got (up to [`PROMTOOL_SAMPLES_MAX`]).
+fn promtool(series_count: usize, scrapes: usize, dir: &Path) -> Result<Prometheus> {
+    use std::io::Write;
+    use std::process::Command;
+    let version = Command::new("promtool")
+        .arg("--version")
+        .output()
+        .context("promtool is not installed (Debian: apt install prometheus)")?;
+    let version = String::from_utf8_lossy(&version.stdout)
+        .split_whitespace()
+        .nth(2)
+        .unwrap_or("?")
+        .to_string();
+    let mut series = workload(series_count);
+    let labels_file = dir.join("series.json");
+    let mut out = std::io::BufWriter::new(std::fs::File::create(&labels_file)?);
+    for s in &series {
+        let map: serde_json::Map<String, serde_json::Value> = s
+            .labels
+            .iter()
+            .map(|(n, v)| (n.to_string(), serde_json::Value::from(v)))
+            .collect();
+        writeln!(out, "{}", serde_json::Value::Object(map))?;
+    }
+    out.flush()?;
+    drop(out);
+    let bench = Command::new("promtool")
+        .args(["tsdb", "bench", "write"])
+        .arg(format!("--metrics={series_count}"))
+        .arg(format!("--scrapes={scrapes}"))
+        .arg(format!("--out={}", dir.join("prom-bench").display()))
+        .arg(&labels_file)
+        .output()?;
+    let text = String::from_utf8_lossy(&bench.stdout).into_owned() + &String::from_utf8_lossy(&bench.stderr);
+    let ingest_per_s: f64 = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("> samples/sec:"))
+        .context("no samples/sec in promtool's output")?
+        .trim()
+        .parse()?;
+    // The same samples as OpenMetrics text (timestamps in seconds).
+    let block_scrapes = scrapes.min(PROMTOOL_SAMPLES_MAX / series_count.max(1)).max(1);
+    let om_file = dir.join("samples.om");
+    let mut out = std::io::BufWriter::new(std::fs::File::create(&om_file)?);
+    let mut rng = StdRng::seed_from_u64(SAMPLES_SEED);
+    for n in 0..block_scrapes {
+        let (t, values) = scrape(&mut series, n, &mut rng);
+        for (s, v) in series.iter().zip(values) {
+            writeln!(out, "{} {v} {}.{:03}", s.labels, t.div_euclid(1000), t.rem_euclid(1000))?;
+        }
+    }
+    writeln!(out, "# EOF")?;
+    out.flush()?;
+    drop(out);
+    let blocks = dir.join("prom-blocks");
+    let status = Command::new("promtool")
+        .args(["tsdb", "create-blocks-from", "openmetrics", "--quiet"])
+        .arg(&om_file)
+        .arg(&blocks)
+        .status()?;
+    ensure!(status.success(), "promtool create-blocks-from failed: {status}");
+    Ok(Prometheus {
+        version,
+        ingest_per_s,
+        block_bytes: dir_bytes(&blocks)?,
+        block_samples: block_scrapes * series_count,
+    })
+}
+
+/// Bytes of the files under `dir`.
+fn dir_bytes(dir: &Path) -> Result<u64> {
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let meta = entry.metadata()?;
+        total += if meta.is_dir() { dir_bytes(&entry.path())? } else { meta.len() };
+    }
+    Ok(total)
 }
 
 /// Bytes and samples of the store's sealed chunks, read through the engine.
@@ -323,7 +422,10 @@ pub fn run(series_count: usize, scrapes: usize, dir: &Path) -> Result<()> {
         Options::default().durability(Durability::Immediate),
     )?;
     let mut series = workload(series_count);
-    let base_elapsed = ingest(&mut series, scrapes, &|_, rows| {
+    // The baseline is slow: its rate and size come from the first hours only.
+    let base_scrapes = scrapes.min(BASELINE_SCRAPES_MAX);
+    let base_samples = (series_count * base_scrapes) as f64;
+    let base_elapsed = ingest(&mut series, base_scrapes, &|_, rows| {
         env.submit(move |wtx| {
             let mut tree = wtx.open_tree("samples")?;
             for (i, s) in &rows {
@@ -336,10 +438,11 @@ pub fn run(series_count: usize, scrapes: usize, dir: &Path) -> Result<()> {
         })?;
         Ok(())
     })?;
-    let base_rate = samples / base_elapsed.as_secs_f64();
+    let base_rate = base_samples / base_elapsed.as_secs_f64();
     let base_bytes = used_bytes(&env)?;
     let rtx = env.begin_read()?;
     let tree = rtx.open_tree("samples")?;
+    let base_end = base_scrapes as i64 * SCRAPE_MS;
     let mut base_selective = Vec::new();
     for _ in 0..500 {
         // The same shape: the 4 "user" CPU series of one instance (indices 1, 5, 9, 13).
@@ -350,9 +453,9 @@ pub fn run(series_count: usize, scrapes: usize, dir: &Path) -> Result<()> {
             let id = inst * SERIES_PER_INSTANCE as u64 + cpu * 4 + 1;
             let mut from = [0u8; 16];
             from[..8].copy_from_slice(&id.to_be_bytes());
-            from[8..].copy_from_slice(&(((end - 3_600_000) as u64) ^ (1 << 63)).to_be_bytes());
+            from[8..].copy_from_slice(&(((base_end - 3_600_000) as u64) ^ (1 << 63)).to_be_bytes());
             let mut to = from;
-            to[8..].copy_from_slice(&((end as u64) ^ (1 << 63)).to_be_bytes());
+            to[8..].copy_from_slice(&((base_end as u64) ^ (1 << 63)).to_be_bytes());
             for item in tree.range::<&[u8], _>(&from[..]..=&to[..])? {
                 let (_, v) = item?;
                 n += v.len();
@@ -363,8 +466,21 @@ pub fn run(series_count: usize, scrapes: usize, dir: &Path) -> Result<()> {
     }
     base_selective.sort();
 
+    let prometheus = match promtool(series_count, scrapes, dir) {
+        Ok(p) => Some(p),
+        Err(e) => {
+            println!("(Prometheus's TSDB not measured: {e:#})");
+            None
+        }
+    };
+
     let us = |d: Duration| d.as_secs_f64() * 1e6;
-    println!("{:<34} {:>14} {:>14}", "", "store", "plain B+tree");
+    println!(
+        "{:<34} {:>14} {:>14}",
+        "",
+        "store",
+        format!("B+tree ({base_scrapes} scrapes)")
+    );
     println!(
         "{:<34} {:>12.0}/s {:>12.0}/s   ({:.2}x)",
         "durable ingest, samples",
@@ -376,7 +492,7 @@ pub fn run(series_count: usize, scrapes: usize, dir: &Path) -> Result<()> {
         "{:<34} {:>14.2} {:>14.2}   (store before compaction {:.2}; data file {:.2})",
         "bytes per sample (pages in use)",
         after as f64 / samples,
-        base_bytes as f64 / samples,
+        base_bytes as f64 / base_samples,
         before as f64 / samples,
         file_bytes as f64 / samples
     );
@@ -403,6 +519,12 @@ pub fn run(series_count: usize, scrapes: usize, dir: &Path) -> Result<()> {
         us(broad_times[1]) / 1000.0,
         "-"
     );
+    if let Some(p) = &prometheus {
+        println!(
+            "Prometheus TSDB (promtool {}): head ingest {:.0} samples/s ({:.2}x the store; its own values, WAL not synced per scrape); blocks from the same samples {:.2} bytes/sample (first {} samples)",
+            p.version, p.ingest_per_s, ingest_rate / p.ingest_per_s, p.block_bytes as f64 / p.block_samples as f64, p.block_samples
+        );
+    }
     println!(
         "compaction: {:.2} s, {} series rewritten, {} chunks into {}",
         compact_s, compacted.series_rewritten, compacted.chunks_before, compacted.chunks_after

@@ -4,7 +4,10 @@
 //! Facebook's Gorilla paper and Prometheus' XOR chunks: timestamps as delta-of-delta in
 //! variable-size buckets, values as the XOR with the previous value. One addition: a value
 //! that is an integer, like the previous one, may instead be stored as the (small) integer
-//! difference, which costs a counter about a third less than its XOR.
+//! difference, which costs a counter about a third less than its XOR. A chunk whose first
+//! value has a few decimals (12345.67, 1.25) counts in those decimals instead: its values
+//! are integers times 10^-k, and the difference is taken between those integers, where the
+//! XOR of such values would cost 40 bits or more.
 //!
 //! Two forms share one bit stream:
 //! - a *sealed* chunk ([`encode`], [`header`], [`decode`], [`iter`]) is immutable and compact;
@@ -36,7 +39,7 @@ pub const CHUNK_SAMPLES_MAX: usize = 120;
 /// Sealed header: sample count (u16), first and last timestamp (i64), little-endian.
 const SEALED_HEADER_BYTES: usize = 18;
 /// Open header: the sealed header, then the encoder state.
-const OPEN_HEADER_BYTES: usize = 38;
+const OPEN_HEADER_BYTES: usize = 39;
 const OPEN_STREAM_BITS: usize = (OPEN_CHUNK_BYTES - OPEN_HEADER_BYTES) * 8;
 
 // Header field offsets; the first three are shared by both forms.
@@ -48,6 +51,7 @@ const DELTA_AT: usize = 20;
 const VALUE_AT: usize = 28;
 const LEADING_AT: usize = 36;
 const TRAILING_AT: usize = 37;
+const SCALE_AT: usize = 38;
 
 /// Payload widths of the non-zero delta-of-delta buckets (symbols 1..=5; symbol 0 is zero).
 const DOD_WIDTHS: [u32; 5] = [4, 8, 16, 32, 64];
@@ -62,6 +66,12 @@ const VALUE_SYMBOLS: usize = 4;
 
 /// Integers up to 2^53 in magnitude are exact in an f64.
 const EXACT_INT_MAX: f64 = 9_007_199_254_740_992.0;
+
+/// 10^k for the decimal scales k; each is exact in an f64. Scaled values are decoded by
+/// dividing by these (never multiplying by 0.01, which is not exact), the same operation
+/// the encoder checks.
+const POW10: [f64; 7] = [1.0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6];
+const SCALE_MAX: u8 = POW10.len() as u8 - 1;
 
 /// What [`header`] and [`open_header`] tell without decoding the bit stream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -106,6 +116,8 @@ struct State {
     delta_ms: i64,
     value_bits: u64,
     window: Option<Window>,
+    /// The decimal scale k, chosen by the first value (see [`choose_scale`]).
+    scale: u8,
 }
 
 /// The bits one sample adds to a stream, as `(value, width)` fields.
@@ -266,15 +278,57 @@ impl std::fmt::Debug for BitReader<'_> {
     }
 }
 
-/// The integer `value - previous` when storing it reproduces `value` bit for bit.
-fn int_difference(previous: f64, value: f64) -> Option<i64> {
-    let exact_int = |x: f64| x.is_finite() && x.trunc() == x && x.abs() <= EXACT_INT_MAX;
-    if !exact_int(previous) || !exact_int(value) {
+/// The value of the scaled integer `n` at scale `scale`. The encoder checks its values with
+/// this very function, so a decoder that uses it gets them back bit for bit.
+fn unscale(n: i64, scale: u8) -> f64 {
+    n as f64 / POW10[usize::from(scale)]
+}
+
+/// The integer `n` with `unscale(n, scale) == value` bit for bit, if `value` is one.
+fn scaled(value: f64, scale: u8) -> Option<i64> {
+    let x = value * POW10[usize::from(scale)];
+    // Past 2^53 the integers are not all exact, and `as` would saturate.
+    if !x.is_finite() || x.abs() > EXACT_INT_MAX {
         return None;
     }
-    let difference = value as i64 - previous as i64;
-    // A sum can still lose the sign of a zero.
-    ((previous + difference as f64).to_bits() == value.to_bits()).then_some(difference)
+    let n = x.round() as i64;
+    (unscale(n, scale).to_bits() == value.to_bits()).then_some(n)
+}
+
+/// The chunk's scale: the fewest decimals that hold its first value exactly, 0 (no scaling)
+/// when no scale up to [`SCALE_MAX`] does. Later values are not looked at, so that an open
+/// chunk can fix it at its first append.
+fn choose_scale(first_value: f64) -> u8 {
+    (0..=SCALE_MAX)
+        .find(|&scale| scaled(first_value, scale).is_some())
+        .unwrap_or(0)
+}
+
+/// What an integer-difference code means: the value `difference` steps of 10^-scale after
+/// `previous`. `None` where the encoder cannot have written the code.
+fn add_difference(previous: f64, difference: i64, scale: u8) -> Option<f64> {
+    if scale == 0 {
+        // Unscaled, the sum is taken in f64, which keeps -0.0 + 1 and the like as they were.
+        return Some(previous + difference as f64);
+    }
+    let n = scaled(previous, scale)?.checked_add(difference)?;
+    (n.unsigned_abs() <= 1 << 53).then(|| unscale(n, scale))
+}
+
+/// The integer difference that [`add_difference`] turns back into `value` bit for bit.
+fn int_difference(previous: f64, value: f64, scale: u8) -> Option<i64> {
+    let difference = if scale == 0 {
+        let exact_int = |x: f64| x.is_finite() && x.trunc() == x && x.abs() <= EXACT_INT_MAX;
+        if !exact_int(previous) || !exact_int(value) {
+            return None;
+        }
+        value as i64 - previous as i64
+    } else {
+        scaled(value, scale)? - scaled(previous, scale)?
+    };
+    // A sum can still lose the sign of a zero; check with the decoder's own arithmetic.
+    let decoded = add_difference(previous, difference, scale)?;
+    (decoded.to_bits() == value.to_bits()).then_some(difference)
 }
 
 /// Encodes `sample` after `state`: the bits to append and the state after them.
@@ -290,6 +344,7 @@ fn encode_next(state: &State, sample: Sample) -> (SampleBits, State) {
             delta_ms: 0,
             value_bits,
             window: None,
+            scale: choose_scale(sample.value),
         };
         return (bits, next);
     }
@@ -316,6 +371,7 @@ fn encode_next(state: &State, sample: Sample) -> (SampleBits, State) {
         delta_ms,
         value_bits,
         window,
+        scale: state.scale,
     };
     (bits, next)
 }
@@ -338,7 +394,8 @@ fn encode_value(bits: &mut SampleBits, state: &State, value: f64) -> Option<Wind
         None => 3 + 5 + 6 + 64 - leading - trailing,
     };
 
-    let int = int_difference(f64::from_bits(state.value_bits), value).and_then(|difference| {
+    let previous = f64::from_bits(state.value_bits);
+    let int = int_difference(previous, value, state.scale).and_then(|difference| {
         let bucket = INT_WIDTHS
             .iter()
             .position(|&w| fits_signed(difference, w))?;
@@ -388,6 +445,7 @@ fn decode_next(
             delta_ms: 0,
             value_bits,
             window: None,
+            scale: choose_scale(f64::from_bits(value_bits)),
         };
         let sample = Sample {
             timestamp_ms: first_timestamp_ms,
@@ -417,7 +475,13 @@ fn decode_next(
         VALUE_INT => {
             let width_bits = INT_WIDTHS[reader.read_symbol(INT_WIDTHS.len())?];
             let difference = sign_extend(reader.read(width_bits)?, width_bits);
-            let value = f64::from_bits(state.value_bits) + difference as f64;
+            let previous = f64::from_bits(state.value_bits);
+            let value = add_difference(previous, difference, state.scale).ok_or_else(|| {
+                corrupt(format!(
+                    "an integer difference at scale {} after {previous}, which is off that scale",
+                    state.scale
+                ))
+            })?;
             (value.to_bits(), state.window)
         }
         VALUE_XOR_REUSE => {
@@ -451,6 +515,7 @@ fn decode_next(
         delta_ms,
         value_bits,
         window,
+        scale: state.scale,
     };
     Ok((
         Sample {
@@ -698,6 +763,10 @@ fn open_state(buf: &[u8]) -> Result<(State, usize)> {
     let stream_bits = usize::from(le_u16(buf, STREAM_BITS_AT));
     let leading = buf[LEADING_AT];
     let trailing = u32::from(buf[TRAILING_AT]);
+    let scale = buf[SCALE_AT];
+    if scale > SCALE_MAX {
+        return Err(corrupt(format!("open chunk scale {scale}")));
+    }
     let window = match leading {
         0 if trailing == 0 => None,
         1..=32 if u32::from(leading) - 1 + trailing < 64 => Some(Window {
@@ -717,6 +786,7 @@ fn open_state(buf: &[u8]) -> Result<(State, usize)> {
         delta_ms: le_i64(buf, DELTA_AT),
         value_bits: le_u64(buf, VALUE_AT),
         window,
+        scale,
     };
     if count == 0 {
         if buf[..OPEN_HEADER_BYTES].iter().any(|&b| b != 0) {
@@ -752,6 +822,7 @@ fn write_open_header(buf: &mut [u8], state: &State, stream_bits: usize) {
     };
     buf[LEADING_AT] = leading;
     buf[TRAILING_AT] = trailing;
+    buf[SCALE_AT] = state.scale;
 }
 
 /// Appends a sample to an open chunk in place, in O(1): only the header and the bytes the
@@ -958,6 +1029,79 @@ mod tests {
             .collect()
     }
 
+    /// The value an exporter's text `n / 10^scale` parses to, e.g. "12345.67".
+    fn decimal(n: i64, scale: u8) -> f64 {
+        let unit = 10i64.pow(u32::from(scale));
+        let sign = if n < 0 { "-" } else { "" };
+        let (whole, fraction) = (
+            n.unsigned_abs() / unit as u64,
+            n.unsigned_abs() % unit as u64,
+        );
+        let text = if scale == 0 {
+            format!("{sign}{whole}")
+        } else {
+            format!(
+                "{sign}{whole}.{fraction:0width$}",
+                width = usize::from(scale)
+            )
+        };
+        text.parse().expect("a decimal")
+    }
+
+    /// A counter of CPU seconds with two decimals, from 12345.67 up by 0.00..=`max_step` a
+    /// scrape, scraped every 15 s give or take 5 ms.
+    fn cpu_seconds(n: usize, seed: u64, max_step: f64) -> Vec<Sample> {
+        let mut rng = Rng(seed);
+        let max_step = (max_step * 100.0).round() as u64;
+        let mut hundredths = 1_234_567i64;
+        let start_ms = 1_700_000_000_000 + rng.below(15_000) as i64;
+        (0..n)
+            .map(|i| {
+                let jitter_ms = rng.below(11) as i64 - 5;
+                let sample = s(
+                    start_ms + 15_000 * i as i64 + jitter_ms,
+                    decimal(hundredths, 2),
+                );
+                hundredths += rng.below(max_step + 1) as i64;
+                sample
+            })
+            .collect()
+    }
+
+    /// The scale a chunk of `samples` takes, as its open form records it.
+    fn scale_of(samples: &[Sample]) -> u8 {
+        fill_open(samples).0[SCALE_AT]
+    }
+
+    /// The sealed size of `samples` with decimal scaling off, to compare with.
+    fn unscaled_len(samples: &[Sample]) -> usize {
+        let mut state = State::default();
+        let mut stream_bits = 0;
+        for &sample in samples {
+            let (bits, next) = encode_next(&state, sample);
+            stream_bits += bits.total_bits;
+            state = State { scale: 0, ..next };
+        }
+        SEALED_HEADER_BYTES + stream_bits.div_ceil(8)
+    }
+
+    /// Sealed bytes a sample over `chunks` chunks of 120 samples each, and the same with
+    /// decimal scaling off.
+    fn bytes_a_sample(chunks: impl Iterator<Item = Vec<Sample>>) -> (f64, f64) {
+        let (mut samples, mut sealed, mut unscaled) = (0, 0, 0);
+        for chunk in chunks {
+            let bytes = encode(&chunk);
+            assert_eq!(exact(&decode(&bytes).expect("sealed")), exact(&chunk));
+            samples += chunk.len();
+            sealed += bytes.len();
+            unscaled += unscaled_len(&chunk);
+        }
+        (
+            sealed as f64 / samples as f64,
+            unscaled as f64 / samples as f64,
+        )
+    }
+
     #[test]
     fn one_sample_round_trips() {
         check_round_trip(&[s(0, 1.0)]);
@@ -1079,6 +1223,7 @@ mod tests {
                 delta_ms: base_ms,
                 value_bits: 1f64.to_bits(),
                 window: None,
+                scale: 0,
             };
             let (bits, _) = encode_next(&state, samples[2]);
             // The bucket plus one bit for the unchanged value.
@@ -1208,14 +1353,28 @@ mod tests {
 
     #[test]
     fn an_append_changes_few_bytes() {
-        let samples = counter(CHUNK_SAMPLES_MAX, 11);
-        let mut buf = open_empty();
         let mut most_changed = 0;
-        for &sample in &samples {
-            let before = buf;
-            assert_eq!(open_append(&mut buf, sample).ok(), Some(Append::Appended));
-            let changed = before.iter().zip(&buf).filter(|(a, b)| a != b).count();
-            most_changed = most_changed.max(changed);
+        for samples in [
+            counter(CHUNK_SAMPLES_MAX, 11),
+            cpu_seconds(CHUNK_SAMPLES_MAX, 11, 0.15),
+        ] {
+            let mut buf = open_empty();
+            for &sample in &samples {
+                let before = buf;
+                if open_append(&mut buf, sample).ok() == Some(Append::Full) {
+                    break;
+                }
+                let changed = before.iter().zip(&buf).filter(|(a, b)| a != b).count();
+                most_changed = most_changed.max(changed);
+            }
+            assert!(
+                open_header(&buf)
+                    .ok()
+                    .flatten()
+                    .expect("samples")
+                    .sample_count
+                    > 60
+            );
         }
         println!("most bytes changed by one append: {most_changed}");
         assert!(most_changed <= 40, "{most_changed} bytes changed");
@@ -1243,6 +1402,26 @@ mod tests {
         println!("bytes/sample: counter {per_sample:.3}, constant gauge {constant:.3}");
         assert!(per_sample < 2.0, "{per_sample} bytes a sample");
         assert!(constant < 0.5, "{constant} bytes a sample");
+        // Integer counters are not scaled: the bytes are those of the integer code alone.
+        let (scaled, unscaled) =
+            bytes_a_sample((1..=chunks).map(|seed| counter(CHUNK_SAMPLES_MAX, seed)));
+        assert_eq!(scaled, per_sample);
+        assert_eq!(unscaled, per_sample);
+    }
+
+    #[test]
+    fn decimal_counters_take_a_fraction_of_their_xor() {
+        let (light, light_unscaled) =
+            bytes_a_sample((1..=20).map(|seed| cpu_seconds(CHUNK_SAMPLES_MAX, seed, 0.15)));
+        let (busy, busy_unscaled) =
+            bytes_a_sample((1..=20).map(|seed| cpu_seconds(CHUNK_SAMPLES_MAX, seed, 15.0)));
+        println!(
+            "bytes/sample: cpu seconds +0.00..=0.15 {light:.3} (unscaled {light_unscaled:.3}), \
+             +0.00..=15.00 {busy:.3} (unscaled {busy_unscaled:.3})"
+        );
+        assert!(light < 2.2, "{light} bytes a sample");
+        assert!(light < light_unscaled / 3.0);
+        assert!(busy < busy_unscaled / 2.0);
     }
 
     #[test]
@@ -1314,6 +1493,248 @@ mod tests {
         let mut empty_with_header = open_empty();
         empty_with_header[VALUE_AT] = 1;
         assert!(open_header(&empty_with_header).is_err());
+        empty_with_header[VALUE_AT] = 0;
+        empty_with_header[SCALE_AT] = 2;
+        assert!(open_header(&empty_with_header).is_err());
+    }
+
+    #[test]
+    fn a_bad_scale_is_refused() {
+        let samples = cpu_seconds(10, 5, 15.0);
+        let (buf, _) = fill_open(&samples);
+        assert_eq!(buf[SCALE_AT], 2);
+        assert!(open_samples(&buf).is_ok());
+
+        for bad in [SCALE_MAX + 1, 200, u8::MAX] {
+            let mut scale = buf;
+            scale[SCALE_AT] = bad;
+            assert!(matches!(open_header(&scale), Err(Error::Corrupt(_))));
+            assert!(matches!(open_samples(&scale), Err(Error::Corrupt(_))));
+            assert!(matches!(seal(&scale), Err(Error::Corrupt(_))));
+            assert!(matches!(
+                open_append(&mut scale, s(i64::MAX, 1.0)),
+                Err(Error::Corrupt(_))
+            ));
+        }
+        // A scale in range that the first value does not choose: the header is readable,
+        // the samples are not.
+        for other in [0, 1, 3, SCALE_MAX] {
+            let mut scale = buf;
+            scale[SCALE_AT] = other;
+            assert!(open_header(&scale).is_ok());
+            assert!(matches!(open_samples(&scale), Err(Error::Corrupt(_))));
+            assert!(matches!(seal(&scale), Err(Error::Corrupt(_))));
+        }
+
+        // An integer code after a value off the scale cannot have been written.
+        assert_eq!(
+            add_difference(0.25, 1, 2).map(f64::to_bits),
+            Some(0.26f64.to_bits())
+        );
+        assert_eq!(add_difference(0.30000000000000004, 1, 1), None);
+        assert_eq!(add_difference(f64::NAN, 1, 2), None);
+        assert_eq!(add_difference(f64::INFINITY, 1, 2), None);
+        assert_eq!(scaled(EXACT_INT_MAX / 100.0, 2), Some(1 << 53));
+        assert_eq!(add_difference(EXACT_INT_MAX / 100.0, 1, 2), None);
+    }
+
+    #[test]
+    fn the_scale_is_the_fewest_exact_decimals_of_the_first_value() {
+        let cases: [(f64, u8); 22] = [
+            (0.0, 0),
+            (-0.0, 0),
+            (7.0, 0),
+            (-12_346.0, 0),
+            (EXACT_INT_MAX, 0),
+            (2.0 * EXACT_INT_MAX, 0),
+            (41.5, 1),
+            (0.1, 1),
+            (-0.5, 1),
+            (1.25, 2),
+            (12_345.67, 2),
+            (0.001, 3),
+            (2.0625, 4),
+            (0.00001, 5),
+            (123_456.789_012, 6),
+            (0.000_000_1, 0),
+            (0.30000000000000004, 0),
+            (1.0 / 3.0, 0),
+            (1e300, 0),
+            (f64::NAN, 0),
+            (f64::INFINITY, 0),
+            (f64::MIN_POSITIVE, 0),
+        ];
+        for (value, scale) in cases {
+            assert_eq!(choose_scale(value), scale, "{value}");
+            assert_eq!(scale_of(&[s(0, value)]), scale, "{value}");
+        }
+        // Up to 2^53 in its units, and no further.
+        let top = EXACT_INT_MAX as i64;
+        assert_eq!(choose_scale(decimal(top, 3)), 3);
+        assert_eq!(choose_scale(12_345_678_901.123_456), 0);
+    }
+
+    #[test]
+    fn two_decimal_counters_round_trip() {
+        let mut rng = Rng(17);
+        let mut hundredths = 1_234_567;
+        let mut values = Vec::new();
+        for _ in 0..CHUNK_SAMPLES_MAX {
+            values.push(decimal(hundredths, 2));
+            hundredths += rng.below(1_501) as i64;
+        }
+        assert_eq!(values[0], 12_345.67);
+        let samples = regular(&values);
+        assert_eq!(scale_of(&samples), 2);
+        check_round_trip(&samples);
+        assert!(encode(&samples).len() * 2 < unscaled_len(&samples));
+        for seed in 1..=5 {
+            check_round_trip(&cpu_seconds(CHUNK_SAMPLES_MAX, seed, 15.0));
+        }
+
+        // A step of 0.03 costs what a step of 3 costs an integer counter.
+        let state = State {
+            count: 2,
+            value_bits: 12_345.67f64.to_bits(),
+            scale: 2,
+            ..State::default()
+        };
+        let (bits, _) = encode_next(&state, s(0, 12_345.7));
+        assert_eq!(bits.total_bits, 1 + 2 + 1 + 5);
+    }
+
+    #[test]
+    fn scaled_differences_round_trip_at_every_bucket_boundary() {
+        // 10.01: a first value of 10.00 would be an integer and turn scaling off.
+        let mut hundredths = 1_001;
+        let mut values = vec![decimal(hundredths, 2)];
+        for difference in [
+            15,
+            -16,
+            16,
+            -17,
+            2_047,
+            -2_048,
+            2_048,
+            -2_049,
+            8_388_607,
+            -8_388_608,
+            8_388_608,
+            2_147_483_647,
+            -2_147_483_648,
+            2_147_483_648,
+            -2_147_483_649,
+            -1_000,
+            -1,
+            1,
+        ] {
+            hundredths += difference;
+            values.push(decimal(hundredths, 2));
+        }
+        let top = EXACT_INT_MAX as i64;
+        for n in [top - 1, top, top + 1, -top, -top - 1, 1, -1, 0, 1] {
+            values.push(decimal(n, 2));
+        }
+        let samples = regular(&values);
+        assert_eq!(scale_of(&samples), 2);
+        check_round_trip(&samples);
+
+        // Each bucket costs its symbol and payload after the 2-bit value symbol and the 1-bit
+        // timestamp.
+        let state = State {
+            count: 2,
+            value_bits: 10.01f64.to_bits(),
+            scale: 2,
+            ..State::default()
+        };
+        for (difference, cost_bits) in [
+            (15, 1 + 5),
+            (-16, 1 + 5),
+            (16, 2 + 12),
+            (-2_048, 2 + 12),
+            (2_048, 3 + 24),
+            (8_388_608, 3 + 32),
+            (-2_147_483_648, 3 + 32),
+        ] {
+            let (bits, _) = encode_next(&state, s(0, decimal(1_001 + difference, 2)));
+            assert_eq!(bits.total_bits, 1 + 2 + cost_bits, "{difference}");
+        }
+    }
+
+    #[test]
+    fn one_decimal_gauges_round_trip() {
+        let mut rng = Rng(23);
+        for start in [415, 5, -3, 0] {
+            let mut tenths: i64 = start;
+            let mut values = Vec::new();
+            for _ in 0..CHUNK_SAMPLES_MAX {
+                values.push(decimal(tenths, 1));
+                tenths += rng.below(41) as i64 - 20;
+            }
+            let samples = regular(&values);
+            assert_eq!(scale_of(&samples), if start == 0 { 0 } else { 1 });
+            check_round_trip(&samples);
+        }
+        let load = regular(&[1.25, 1.5, 0.75, 0.02, 0.0, 0.01, 3.99, 12.5]);
+        assert_eq!(scale_of(&load), 2);
+        check_round_trip(&load);
+    }
+
+    #[test]
+    fn scaled_and_unscaled_values_mix() {
+        let values = [
+            0.1,
+            0.30000000000000004,
+            f64::NAN,
+            -0.0,
+            1e300,
+            0.2,
+            0.3,
+            0.30000000000000004,
+            0.4,
+            -0.0,
+            0.0,
+            -0.1,
+            -0.0,
+            f64::INFINITY,
+            0.5,
+            1e-7,
+            0.7,
+            123_456.7,
+            -123_456.7,
+            0.05,
+            0.1,
+            1e8,
+            1e12,
+            0.1,
+            f64::from_bits(0.1f64.to_bits() + 1),
+            0.1,
+            decimal(EXACT_INT_MAX as i64, 1),
+            decimal(EXACT_INT_MAX as i64 + 1, 1),
+            0.1,
+        ];
+        let samples = regular(&values);
+        assert_eq!(scale_of(&samples), 1);
+        check_round_trip(&samples);
+    }
+
+    #[test]
+    fn a_first_value_without_decimals_turns_scaling_off() {
+        // An integer first value too: 12346.00 prints as "12346".
+        for first in [
+            1.0 / 3.0,
+            0.30000000000000004,
+            f64::NAN,
+            -0.0,
+            12_346.0,
+            41.0,
+        ] {
+            let samples = regular(&[first, 1.25, 1.5, 41.5, 41.6, 12_345.67, 12_345.68, 3.0, 4.0]);
+            assert_eq!(scale_of(&samples), 0);
+            check_round_trip(&samples);
+            // Unscaled, integers still take the integer code, decimals do not.
+            assert_eq!(encode(&samples).len(), unscaled_len(&samples));
+        }
     }
 
     /// A value: given outright, or as a step from the previous one (to make counters).
@@ -1393,12 +1814,58 @@ mod tests {
         }
     }
 
+    /// Series of decimals: a random scale, a random start and random steps in its units,
+    /// now and then a value off the scale.
+    fn decimal_samples_strategy() -> impl Strategy<Value = (u8, Vec<Sample>)> {
+        let start = prop_oneof![
+            4 => -1_000_000i64..1_000_000,
+            1 => -(1i64 << 53)..=(1i64 << 53),
+        ];
+        let step = prop_oneof![
+            4 => (0i64..=15).prop_map(Value::Step),
+            4 => (-2_000i64..2_000).prop_map(Value::Step),
+            1 => (-(1i64 << 33)..(1i64 << 33)).prop_map(Value::Step),
+            1 => any::<f64>().prop_map(Value::Is),
+        ];
+        let step_ms = prop_oneof![14_995i64..=15_005, 1i64..100];
+        (
+            0..=SCALE_MAX,
+            start,
+            -(1i64 << 45)..(1i64 << 45),
+            prop::collection::vec((step_ms, step), 0..140),
+        )
+            .prop_map(|(scale, start, start_ms, steps)| {
+                let mut n = start;
+                let mut samples = vec![s(start_ms, decimal(n, scale))];
+                let mut timestamp_ms = start_ms;
+                for (step_ms, step) in steps {
+                    timestamp_ms += step_ms;
+                    let value = match step {
+                        Value::Is(v) => v,
+                        Value::Step(step) => {
+                            n = n.saturating_add(step).clamp(-(1i64 << 60), 1i64 << 60);
+                            decimal(n, scale)
+                        }
+                    };
+                    samples.push(s(timestamp_ms, value));
+                }
+                (scale, samples)
+            })
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(256))]
 
         #[test]
         fn random_samples_round_trip(samples in samples_strategy()) {
             check_round_trip(&samples);
+        }
+
+        #[test]
+        fn random_decimal_series_round_trip((scale, samples) in decimal_samples_strategy()) {
+            check_round_trip(&samples);
+            // The first value may need fewer decimals than the series was drawn with.
+            prop_assert!(scale_of(&samples) <= scale);
         }
 
         #[test]
@@ -1416,6 +1883,12 @@ mod tests {
             buf[STREAM_BITS_AT] = 200;
             buf[LAST_TIMESTAMP_AT] = 100;
             poke_open(&mut buf, s(timestamp_ms, 1.0));
+            // Scales in range, just past it, and far past it.
+            buf[SCALE_AT] = match bytes.get(1).copied().unwrap_or_default() {
+                b @ 0..=127 => b % (SCALE_MAX + 2),
+                b => b,
+            };
+            poke_open(&mut buf, s(timestamp_ms, 0.25));
         }
 
         #[test]

@@ -355,50 +355,52 @@ fn append_to_heads(
 ) -> Result<Vec<usize>> {
     let mut head = wtx.open_tree(TREE_HEAD)?;
     let mut stale = Vec::new();
-    let mut buf = [0u8; OPEN_CHUNK_BYTES];
     for &row in pending {
         let Some(id) = ids[row] else { continue };
         let sample = rows[row].1;
-        let key = id_key(id);
-        match head.get(key)? {
-            Some(bytes) if bytes.len() == OPEN_CHUNK_BYTES => buf.copy_from_slice(bytes),
-            Some(bytes) => {
-                return Err(Error::Corrupt(format!(
-                    "open chunk of series {id} has {} bytes",
-                    bytes.len()
-                )));
-            }
-            None => {
-                stale.push(row);
-                continue;
-            }
+        // The open chunk is changed where it lies in the page: one descent per sample, and
+        // the journal records only the bytes the append touched.
+        let mut outcome: Result<()> = Ok(());
+        let found = head.update_in_place(id_key(id), |open| {
+            outcome = append_one(open, id, sample, window_ms, out);
+        })?;
+        if !found {
+            stale.push(row);
         }
-        if let Some(h) = chunk::open_header(&buf)?
-            && sample.timestamp_ms <= h.last_timestamp_ms
-        {
-            if sample.timestamp_ms < h.last_timestamp_ms.saturating_sub(window_ms) {
-                out.report.too_old += 1;
-            } else {
-                out.report.out_of_order += 1;
-                out.out_of_order.push((id, sample));
-            }
-            continue;
-        }
-        if chunk::open_append(&mut buf, sample)? == Append::Full {
-            let sealed = chunk::seal(&buf)?.ok_or_else(|| {
-                Error::Corrupt(format!("series {id}: a full open chunk is empty"))
-            })?;
-            out.sealed.push((id, sealed));
-            out.report.chunks_sealed += 1;
-            buf = chunk::open_empty();
-            if chunk::open_append(&mut buf, sample)? == Append::Full {
-                return Err(Error::Corrupt("an empty open chunk is full".into()));
-            }
-        }
-        head.insert(key, buf)?;
-        out.report.appended += 1;
+        outcome?;
     }
     Ok(stale)
+}
+
+/// Appends `sample` to series `id`'s open chunk `open` (sealing it when full), or sets it
+/// aside as out of order, or counts it too old.
+fn append_one(open: &mut [u8], id: u64, sample: Sample, window_ms: i64, out: &mut HeadOutput) -> Result<()> {
+    if open.len() != OPEN_CHUNK_BYTES {
+        return Err(Error::Corrupt(format!("open chunk of series {id} has {} bytes", open.len())));
+    }
+    if let Some(h) = chunk::open_header(open)?
+        && sample.timestamp_ms <= h.last_timestamp_ms
+    {
+        if sample.timestamp_ms < h.last_timestamp_ms.saturating_sub(window_ms) {
+            out.report.too_old += 1;
+        } else {
+            out.report.out_of_order += 1;
+            out.out_of_order.push((id, sample));
+        }
+        return Ok(());
+    }
+    if chunk::open_append(open, sample)? == Append::Full {
+        let sealed = chunk::seal(open)?
+            .ok_or_else(|| Error::Corrupt(format!("series {id}: a full open chunk is empty")))?;
+        out.sealed.push((id, sealed));
+        out.report.chunks_sealed += 1;
+        open.copy_from_slice(&chunk::open_empty());
+        if chunk::open_append(open, sample)? == Append::Full {
+            return Err(Error::Corrupt("an empty open chunk is full".into()));
+        }
+    }
+    out.report.appended += 1;
+    Ok(())
 }
 
 /// Files sealed chunks under their series and in the age index.

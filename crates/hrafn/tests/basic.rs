@@ -175,3 +175,53 @@ fn a_tiny_database_takes_well_under_a_mebibyte_when_closed() -> hrafn::Result<()
     assert_eq!(env.begin_read()?.open_tree("settings")?.len(), 3);
     Ok(())
 }
+
+#[test]
+fn update_in_place_changes_values_of_every_kind_and_survives_reopen() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let big = vec![1u8; 20_000]; // kept in overflow pages
+    {
+        let env = Environment::open(dir.path(), options()).expect("open");
+        let mut wtx = env.begin_write().expect("write");
+        {
+            let mut t = wtx.open_tree("t").expect("tree");
+            for i in 0..500u32 {
+                t.insert(i.to_be_bytes(), [0u8; 32]).expect("insert");
+            }
+            t.insert(b"big", &big).expect("insert");
+            t.open_fixed_tree(b"nested", 8).expect("nested");
+        }
+        wtx.commit().expect("commit");
+        let mut wtx = env.begin_write().expect("write");
+        {
+            let mut t = wtx.open_tree("t").expect("tree");
+            for i in (0..500u32).step_by(7) {
+                let updated = t
+                    .update_in_place(i.to_be_bytes(), |v| v[..4].copy_from_slice(&i.to_le_bytes()))
+                    .expect("update");
+                assert!(updated);
+            }
+            assert!(t.update_in_place(b"big", |v| v[19_999] = 9).expect("update big"));
+            assert!(!t.update_in_place(b"absent", |_| panic!("not called")).expect("absent"));
+            assert!(matches!(
+                t.update_in_place(b"nested", |_| panic!("not called")),
+                Err(Error::WrongTreeKind { .. })
+            ));
+            assert_eq!(t.len(), 502);
+        }
+        wtx.commit().expect("commit");
+    }
+    let env = Environment::open(dir.path(), options()).expect("reopen");
+    let rtx = env.begin_read().expect("read");
+    let t = rtx.open_tree("t").expect("tree");
+    for i in 0..500u32 {
+        let mut want = [0u8; 32];
+        if i % 7 == 0 {
+            want[..4].copy_from_slice(&i.to_le_bytes());
+        }
+        assert_eq!(t.get(i.to_be_bytes()).expect("get"), Some(&want[..]), "key {i}");
+    }
+    let got = t.get(b"big").expect("get").expect("big");
+    assert_eq!((got.len(), got[19_999], got[0]), (20_000, 9, 1));
+    rtx.check().expect("check");
+}

@@ -303,6 +303,24 @@ fn reserve(page: &mut [u8], i: usize, body_len: usize) -> usize {
     upper
 }
 
+/// Where the inline value of leaf entry `i` lies in the page; `None` when the entry holds
+/// an overflow value or a nested tree.
+///
+/// # Errors
+/// [`crate::Error::Corruption`] for a damaged entry.
+pub fn inline_value_range(
+    page: &[u8],
+    i: usize,
+    page_number: u64,
+) -> Result<Option<std::ops::Range<usize>>> {
+    let (key, value) = leaf_entry(page, i, page_number)?;
+    let ValueRef::Inline(value) = value else {
+        return Ok(None);
+    };
+    let at = slot(page, i, page_number)? + LEAF_INLINE_HEADER_BYTES + key.len();
+    Ok(Some(at..at + value.len()))
+}
+
 /// Writes `value` over the inline value of leaf entry `i` when both have the same length,
 /// leaving every other byte of the page as it was (so a journal diff of the change is just
 /// the value's changed bytes). Returns false, changing nothing, when entry `i` is not an
@@ -316,16 +334,13 @@ pub fn overwrite_inline_value(
     value: &[u8],
     page_number: u64,
 ) -> Result<bool> {
-    let (key, old) = leaf_entry(page, i, page_number)?;
-    let ValueRef::Inline(old) = old else {
-        return Ok(false);
-    };
-    if old.len() != value.len() {
-        return Ok(false);
+    match inline_value_range(page, i, page_number)? {
+        Some(range) if range.len() == value.len() => {
+            page[range].copy_from_slice(value);
+            Ok(true)
+        }
+        _ => Ok(false),
     }
-    let at = slot(page, i, page_number)? + LEAF_INLINE_HEADER_BYTES + key.len();
-    page[at..at + value.len()].copy_from_slice(value);
-    Ok(true)
 }
 
 /// Inserts a leaf entry at slot `i` (room checked by the caller).

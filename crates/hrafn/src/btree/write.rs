@@ -236,6 +236,47 @@ fn is_rightmost<S: PageStore>(store: &S, path: &Path) -> Result<bool> {
     Ok(true)
 }
 
+/// What [`update_in_place`] found at the key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InPlace {
+    /// The inline value was handed to the closure.
+    Updated,
+    /// No entry has the key.
+    Absent,
+    /// The entry holds an overflow value: nothing was changed.
+    Overflow,
+    /// The entry holds a nested tree: nothing was changed.
+    Tree,
+}
+
+/// Hands the inline value of `key` to `f` to change in place (its length stays), in the
+/// transaction's copy of the leaf: one descent, and only the bytes `f` changes differ.
+///
+/// # Errors
+/// Damaged pages.
+pub fn update_in_place<S: PageStore>(
+    store: &mut S,
+    tree: &TreeHeader,
+    key: &[u8],
+    f: &mut dyn FnMut(&mut [u8]),
+) -> Result<InPlace> {
+    let mut path = Path::new();
+    let leaf = descend(store, tree.root_page, key, &mut path)?;
+    let Ok(i) = node::search(store.page(leaf)?, key, true, leaf)? else {
+        return Ok(InPlace::Absent);
+    };
+    let page = store.page(leaf)?;
+    let Some(range) = node::inline_value_range(page, i, leaf)? else {
+        return Ok(if node::leaf_entry(page, i, leaf)?.1.is_tree() {
+            InPlace::Tree
+        } else {
+            InPlace::Overflow
+        });
+    };
+    f(&mut store.page_mut(leaf)?[range]);
+    Ok(InPlace::Updated)
+}
+
 /// Removes `key`. Returns true if it was present.
 ///
 /// # Errors

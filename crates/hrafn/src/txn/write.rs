@@ -1001,6 +1001,55 @@ impl<'t, 'env> TreeMut<'t, 'env> {
         Ok(removed)
     }
 
+    /// Changes the value of `key` in place: `f` gets the value's bytes and may change them
+    /// but not their length. Returns false (without calling `f`) when the key is absent.
+    /// Cheaper than [`TreeMut::get`] then [`TreeMut::insert`] of a value of the same length:
+    /// one descent and no copy of the value; a value kept in overflow pages is read, changed
+    /// and written back.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let env = hrafn::Environment::open(dir.path(), hrafn::Options::default())?;
+    /// let mut wtx = env.begin_write()?;
+    /// let mut tree = wtx.open_tree("counters")?;
+    /// tree.insert(b"hits", 41u64.to_le_bytes())?;
+    /// tree.update_in_place(b"hits", |v| {
+    ///     let n = u64::from_le_bytes(v.try_into().unwrap()) + 1;
+    ///     v.copy_from_slice(&n.to_le_bytes());
+    /// })?;
+    /// assert_eq!(tree.get(b"hits")?, Some(&42u64.to_le_bytes()[..]));
+    /// # Ok::<(), hrafn::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::WrongTreeKind`] when the key holds a nested tree; scratch full; corruption.
+    pub fn update_in_place(
+        &mut self,
+        key: impl AsRef<[u8]>,
+        mut f: impl FnMut(&mut [u8]),
+    ) -> Result<bool> {
+        let key = key.as_ref();
+        if key.len() > KEY_SIZE_MAX_BYTES {
+            return Ok(false);
+        }
+        let header = self.header();
+        match tree_write::update_in_place(self.txn, &header, key, &mut f)? {
+            tree_write::InPlace::Updated => Ok(true),
+            tree_write::InPlace::Absent => Ok(false),
+            tree_write::InPlace::Tree => Err(Error::WrongTreeKind {
+                name: String::from_utf8_lossy(key).into_owned(),
+                found: "a nested tree".into(),
+                wanted: "a value".into(),
+            }),
+            tree_write::InPlace::Overflow => {
+                let mut value = self.get(key)?.map(<[u8]>::to_vec).unwrap_or_default();
+                f(&mut value);
+                self.insert(key, &value)?;
+                Ok(true)
+            }
+        }
+    }
+
     /// The value of `key` as this transaction sees it.
     ///
     /// # Errors
