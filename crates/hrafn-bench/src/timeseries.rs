@@ -358,10 +358,8 @@ pub fn run(series_count: usize, scrapes: usize, dir: &Path) -> Result<()> {
     };
     let store = Store::open(&store_dir, options).context("opening the store")?;
     let mut series = workload(series_count);
-    let ids: Vec<SeriesId> = series
-        .iter()
-        .map(|s| store.series_id(&s.labels))
-        .collect::<hrafn_timeseries::Result<_>>()?;
+    let labels: Vec<Labels> = series.iter().map(|s| s.labels.clone()).collect();
+    let ids: Vec<SeriesId> = store.series_ids(&labels)?;
     let ids = Arc::new(ids);
     let elapsed = ingest(&mut series, scrapes, &|_, rows| {
         let rows: Vec<(SeriesId, Sample)> = rows.into_iter().map(|(i, s)| (ids[i], s)).collect();

@@ -234,6 +234,31 @@ impl Store {
         Ok(SeriesId(id))
     }
 
+    /// The ids of the series named by `labels`, creating those that do not exist, in one
+    /// transaction (a scrape target's series, resolved once).
+    ///
+    /// # Errors
+    /// As [`Store::append`].
+    pub fn series_ids(&self, labels: &[Labels]) -> Result<Vec<SeriesId>> {
+        for l in labels {
+            check_label_sizes(l)?;
+        }
+        let owned: Arc<Vec<Labels>> = Arc::new(labels.to_vec());
+        let shared = Arc::clone(&owned);
+        let ids = self.env.try_submit(move |wtx| -> Result<Vec<u64>> {
+            let mut created = false;
+            shared
+                .iter()
+                .map(|l| lookup_or_create(wtx, l, &mut created))
+                .collect()
+        })?;
+        let mut cache = self.cache.write();
+        for (l, &id) in owned.iter().zip(&ids) {
+            cache.insert(l.clone(), id);
+        }
+        Ok(ids.into_iter().map(SeriesId).collect())
+    }
+
     fn run_append(&self, rows: Vec<(Target, Sample)>) -> Result<AppendReport> {
         let rows = Arc::new(rows);
         let window_ms = self.options.out_of_order_window_ms;
