@@ -279,7 +279,8 @@ fn promtool(series_count: usize, scrapes: usize, dir: &Path) -> Result<Prometheu
         .arg(format!("--out={}", dir.join("prom-bench").display()))
         .arg(&labels_file)
         .output()?;
-    let text = String::from_utf8_lossy(&bench.stdout).into_owned() + &String::from_utf8_lossy(&bench.stderr);
+    let text = String::from_utf8_lossy(&bench.stdout).into_owned()
+        + &String::from_utf8_lossy(&bench.stderr);
     let ingest_per_s: f64 = text
         .lines()
         .find_map(|l| l.trim().strip_prefix("> samples/sec:"))
@@ -287,14 +288,22 @@ fn promtool(series_count: usize, scrapes: usize, dir: &Path) -> Result<Prometheu
         .trim()
         .parse()?;
     // The same samples as OpenMetrics text (timestamps in seconds).
-    let block_scrapes = scrapes.min(PROMTOOL_SAMPLES_MAX / series_count.max(1)).max(1);
+    let block_scrapes = scrapes
+        .min(PROMTOOL_SAMPLES_MAX / series_count.max(1))
+        .max(1);
     let om_file = dir.join("samples.om");
     let mut out = std::io::BufWriter::new(std::fs::File::create(&om_file)?);
     let mut rng = StdRng::seed_from_u64(SAMPLES_SEED);
     for n in 0..block_scrapes {
         let (t, values) = scrape(&mut series, n, &mut rng);
         for (s, v) in series.iter().zip(values) {
-            writeln!(out, "{} {v} {}.{:03}", s.labels, t.div_euclid(1000), t.rem_euclid(1000))?;
+            writeln!(
+                out,
+                "{} {v} {}.{:03}",
+                s.labels,
+                t.div_euclid(1000),
+                t.rem_euclid(1000)
+            )?;
         }
     }
     writeln!(out, "# EOF")?;
@@ -306,7 +315,10 @@ fn promtool(series_count: usize, scrapes: usize, dir: &Path) -> Result<Prometheu
         .arg(&om_file)
         .arg(&blocks)
         .status()?;
-    ensure!(status.success(), "promtool create-blocks-from failed: {status}");
+    ensure!(
+        status.success(),
+        "promtool create-blocks-from failed: {status}"
+    );
     Ok(Prometheus {
         version,
         ingest_per_s,
@@ -321,7 +333,11 @@ fn dir_bytes(dir: &Path) -> Result<u64> {
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
         let meta = entry.metadata()?;
-        total += if meta.is_dir() { dir_bytes(&entry.path())? } else { meta.len() };
+        total += if meta.is_dir() {
+            dir_bytes(&entry.path())?
+        } else {
+            meta.len()
+        };
     }
     Ok(total)
 }
@@ -520,7 +536,11 @@ pub fn run(series_count: usize, scrapes: usize, dir: &Path) -> Result<()> {
     if let Some(p) = &prometheus {
         println!(
             "Prometheus TSDB (promtool {}): head ingest {:.0} samples/s ({:.2}x the store; its own values, WAL not synced per scrape); blocks from the same samples {:.2} bytes/sample (first {} samples)",
-            p.version, p.ingest_per_s, ingest_rate / p.ingest_per_s, p.block_bytes as f64 / p.block_samples as f64, p.block_samples
+            p.version,
+            p.ingest_per_s,
+            ingest_rate / p.ingest_per_s,
+            p.block_bytes as f64 / p.block_samples as f64,
+            p.block_samples
         );
     }
     println!(

@@ -399,9 +399,18 @@ fn append_to_heads(
 
 /// Appends `sample` to series `id`'s open chunk `open` (sealing it when full), or sets it
 /// aside as out of order, or counts it too old.
-fn append_one(open: &mut [u8], id: u64, sample: Sample, window_ms: i64, out: &mut HeadOutput) -> Result<()> {
+fn append_one(
+    open: &mut [u8],
+    id: u64,
+    sample: Sample,
+    window_ms: i64,
+    out: &mut HeadOutput,
+) -> Result<()> {
     if open.len() != OPEN_CHUNK_BYTES {
-        return Err(Error::Corrupt(format!("open chunk of series {id} has {} bytes", open.len())));
+        return Err(Error::Corrupt(format!(
+            "open chunk of series {id} has {} bytes",
+            open.len()
+        )));
     }
     if let Some(h) = chunk::open_header(open)?
         && sample.timestamp_ms <= h.last_timestamp_ms

@@ -197,12 +197,20 @@ fn update_in_place_changes_values_of_every_kind_and_survives_reopen() {
             let mut t = wtx.open_tree("t").expect("tree");
             for i in (0..500u32).step_by(7) {
                 let updated = t
-                    .update_in_place(i.to_be_bytes(), |v| v[..4].copy_from_slice(&i.to_le_bytes()))
+                    .update_in_place(i.to_be_bytes(), |v| {
+                        v[..4].copy_from_slice(&i.to_le_bytes())
+                    })
                     .expect("update");
                 assert!(updated);
             }
-            assert!(t.update_in_place(b"big", |v| v[19_999] = 9).expect("update big"));
-            assert!(!t.update_in_place(b"absent", |_| panic!("not called")).expect("absent"));
+            assert!(
+                t.update_in_place(b"big", |v| v[19_999] = 9)
+                    .expect("update big")
+            );
+            assert!(
+                !t.update_in_place(b"absent", |_| panic!("not called"))
+                    .expect("absent")
+            );
             assert!(matches!(
                 t.update_in_place(b"nested", |_| panic!("not called")),
                 Err(Error::WrongTreeKind { .. })
@@ -219,7 +227,11 @@ fn update_in_place_changes_values_of_every_kind_and_survives_reopen() {
         if i % 7 == 0 {
             want[..4].copy_from_slice(&i.to_le_bytes());
         }
-        assert_eq!(t.get(i.to_be_bytes()).expect("get"), Some(&want[..]), "key {i}");
+        assert_eq!(
+            t.get(i.to_be_bytes()).expect("get"),
+            Some(&want[..]),
+            "key {i}"
+        );
     }
     let got = t.get(b"big").expect("get").expect("big");
     assert_eq!((got.len(), got[19_999], got[0]), (20_000, 9, 1));
