@@ -35,12 +35,13 @@ fn a_hash_collision_never_merges_two_series() {
     // File series b under a's hash as well, as a collision of the two hashes would.
     {
         let mut wtx = store.environment().begin_write().expect("write");
-        let mut series = wtx.open_tree("ts.series").expect("tree");
         let hash = xxhash_rust::xxh3::xxh3_64(&a.encode());
         let mut key = hash.to_be_bytes().to_vec();
         key.extend_from_slice(&id_b.0.to_be_bytes());
-        series.insert(key, []).expect("insert");
-        drop(series);
+        wtx.open_tree("ts.series")
+            .expect("tree")
+            .insert(key, [])
+            .expect("insert");
         wtx.commit().expect("commit");
     }
     let report = store.append(&a, &samples(0, 5, 1000)).expect("append a");
