@@ -393,6 +393,12 @@ pub fn run(series_count: usize, scrapes: usize, dir: &Path) -> Result<()> {
     let compact_s = t.elapsed().as_secs_f64();
     let after = used_bytes(store.environment())?;
     let (chunk_bytes, chunk_samples) = sealed_payload(store.environment())?;
+    // A dense copy (what `hrafn compact` writes): pages filled, free space dropped.
+    let dense = store
+        .environment()
+        .compact_to(dir.join("dense"))?
+        .bytes_after;
+    std::fs::remove_dir_all(dir.join("dense"))?;
     let file_bytes = store.environment().stats().data_file_size_bytes;
 
     // Queries: one metric of one instance over the last hour; a day-wide sum by instance.
@@ -509,6 +515,11 @@ pub fn run(series_count: usize, scrapes: usize, dir: &Path) -> Result<()> {
         base_bytes as f64 / base_samples,
         before as f64 / samples,
         file_bytes as f64 / samples
+    );
+    println!(
+        "{:<34} {:>14.2}   (the data file of a dense copy, as `hrafn compact` writes)",
+        "  after `hrafn compact`",
+        dense as f64 / samples,
     );
     println!(
         "{:<34} {:>14.2}   (compressed chunk bytes over the samples in them)",

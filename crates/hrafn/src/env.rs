@@ -1061,7 +1061,13 @@ fn remove_synced_journal(inner: &EnvInner) -> Result<()> {
         return Ok(());
     }
     // Retired journals kept for reuse go too: reuse only pays while writing.
-    let recyclable = std::mem::take(&mut inner.journal_index.lock().recyclable);
+    let (recyclable, retired_while_current) = {
+        let mut index = inner.journal_index.lock();
+        let retired = index
+            .sealed
+            .filter(|sealed| !index.active.iter().any(|&(number, _)| number == *sealed));
+        (std::mem::take(&mut index.recyclable), retired)
+    };
     for number in recyclable {
         let name = crate::journal::writer::journal_file_name(number);
         inner
@@ -1072,13 +1078,18 @@ fn remove_synced_journal(inner: &EnvInner) -> Result<()> {
     let Some(journal) = inner.journal.lock().take() else {
         return Ok(());
     };
-    let name = crate::journal::writer::journal_file_name(journal.journal_number());
+    let number = journal.journal_number();
+    let name = crate::journal::writer::journal_file_name(number);
     drop(journal);
     *inner.journal_file.lock() = None;
-    inner
-        .storage
-        .remove(&name)
-        .map_err(|e| Error::io(format!("removing {name}"), e))?;
+    // A journal that filled up exactly is sealed and may already have been retired (kept
+    // for reuse, and so removed above, or removed) while still the writer's current one.
+    if retired_while_current != Some(number) {
+        inner
+            .storage
+            .remove(&name)
+            .map_err(|e| Error::io(format!("removing {name}"), e))?;
+    }
     inner
         .storage
         .sync_dir("journal")

@@ -237,3 +237,42 @@ fn update_in_place_changes_values_of_every_kind_and_survives_reopen() {
     assert_eq!((got.len(), got[19_999], got[0]), (20_000, 9, 1));
     rtx.check().expect("check");
 }
+
+/// A record larger than a journal file gets a file of its own, which it fills exactly: the
+/// file is sealed while still the writer's current one, and a sync retires it. Closing
+/// must not remove it a second time (it used to fail with "No such file or directory").
+#[test]
+fn close_after_an_oversized_record_was_synced_succeeds() {
+    for durability in [hrafn::Durability::None, hrafn::Durability::Immediate] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let env = Environment::open(
+            dir.path(),
+            Options::default()
+                .durability(durability)
+                .journal_file_size_bytes(1 << 20),
+        )
+        .expect("open");
+        let mut wtx = env.begin_write().expect("write");
+        {
+            let mut tree = wtx.open_tree("t").expect("tree");
+            for i in 0..4_000u32 {
+                let value: Vec<u8> = (0..1000u32)
+                    .map(|b| (b.wrapping_mul(i + 7) >> 3) as u8)
+                    .collect();
+                tree.insert(i.to_be_bytes(), value).expect("insert");
+            }
+        }
+        wtx.commit().expect("commit");
+        env.flush_and_sync().expect("sync");
+        env.close().expect("close");
+        let env = Environment::open(dir.path(), Options::default()).expect("reopen");
+        assert_eq!(
+            env.begin_read()
+                .expect("read")
+                .open_tree("t")
+                .expect("tree")
+                .len(),
+            4_000
+        );
+    }
+}
