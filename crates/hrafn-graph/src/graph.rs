@@ -1,0 +1,805 @@
+//! The graph: storage layout, writes, and the read view queries run on.
+//!
+//! - `g.nodes`: a table of `(stable id u64 BE, label, properties)`, with a unique fixed
+//!   index on the stable id and an index on the label. A record's table id is its physical
+//!   location (O(1) access); the fixed index is the stable → physical translation, kept by
+//!   the table itself whenever a record moves, so it never goes stale.
+//! - `g.edges`: a table of `(stable id, type, source id, destination id, properties)`, with
+//!   a unique fixed index on the stable id.
+//! - `g.out` / `g.in` (multi-value): `node id BE | type` → `other node id BE | edge id BE`,
+//!   sorted, so the neighbours of a node by type are one key and all its neighbours one
+//!   prefix; a degree is a count.
+//! - `g.props`: `label 0x00 property 0x00 | value length u16 BE | value's index bytes | node
+//!   id BE` → empty, for the (label, property) pairs an index was created for.
+//! - `g.meta`: the next node and edge ids, the layout version, the indexed pairs.
+
+use crate::error::{Error, Result};
+use crate::value::{Properties, Value, check_name, decode, encode};
+use hrafn::table::Schema;
+use hrafn::{Environment, MultiTree, Options, ReadTxn, Table, Tree, WriteTxn};
+use std::path::Path;
+
+pub(crate) const NODES: &str = "g.nodes";
+pub(crate) const EDGES: &str = "g.edges";
+pub(crate) const OUT: &str = "g.out";
+pub(crate) const IN: &str = "g.in";
+pub(crate) const PROPS: &str = "g.props";
+pub(crate) const META: &str = "g.meta";
+const META_NEXT_NODE: &[u8] = b"next_node_id";
+const META_NEXT_EDGE: &[u8] = b"next_edge_id";
+const META_LAYOUT: &[u8] = b"layout_version";
+const META_INDEX_PREFIX: &[u8] = b"index\0";
+/// The layout this code reads and writes.
+pub const LAYOUT_VERSION: u32 = 1;
+/// The fixed index that translates stable ids to table ids.
+const BY_ID: &str = "by-id";
+const BY_LABEL: &str = "by-label";
+
+pub(crate) fn node_schema() -> Schema {
+    Schema::new(3).fixed_index(BY_ID, 0).index(BY_LABEL, &[1])
+}
+
+pub(crate) fn edge_schema() -> Schema {
+    Schema::new(5).fixed_index(BY_ID, 0)
+}
+
+/// Which way edges are followed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Direction {
+    /// From source to destination.
+    Out,
+    /// From destination to source.
+    In,
+    /// Both.
+    Both,
+}
+
+/// What deleting a node does with its edges.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeleteMode {
+    /// Deletes its edges too, in the same transaction.
+    Cascade,
+    /// Refuses ([`Error::NodeHasEdges`]) while edges touch it.
+    Refuse,
+}
+
+/// A node as read.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Node {
+    /// Its stable id.
+    pub id: u64,
+    /// Its label.
+    pub label: String,
+    /// Its properties.
+    pub properties: Properties,
+}
+
+/// An edge as read.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Edge {
+    /// Its stable id.
+    pub id: u64,
+    /// Its type.
+    pub edge_type: String,
+    /// The node it leaves.
+    pub source: u64,
+    /// The node it enters.
+    pub destination: u64,
+    /// Its properties.
+    pub properties: Properties,
+}
+
+/// One adjacency entry: the node at the other end, the edge, and the edge's type.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Neighbour {
+    /// The node at the other end.
+    pub node: u64,
+    /// The edge.
+    pub edge: u64,
+    /// The edge's type.
+    pub edge_type: String,
+}
+
+/// A graph in one Hrafn environment.
+pub struct Graph {
+    env: Environment,
+}
+
+impl Graph {
+    /// Opens (creating if needed) a graph in directory `path`.
+    ///
+    /// # Errors
+    /// As [`Environment::open`]; [`Error::Corrupt`] for a graph of another layout.
+    pub fn open(path: impl AsRef<Path>, options: Options) -> Result<Graph> {
+        Graph::with_environment(Environment::open(path, options)?)
+    }
+
+    /// Makes a graph of an open environment (its trees are named `g.*`).
+    ///
+    /// # Errors
+    /// As [`Graph::open`].
+    pub fn with_environment(env: Environment) -> Result<Graph> {
+        let mut wtx = env.begin_write()?;
+        {
+            let mut meta = wtx.open_tree(META)?;
+            match meta.get(META_LAYOUT)? {
+                None => {
+                    meta.insert(META_LAYOUT, LAYOUT_VERSION.to_be_bytes())?;
+                    meta.insert(META_NEXT_NODE, 1u64.to_be_bytes())?;
+                    meta.insert(META_NEXT_EDGE, 1u64.to_be_bytes())?;
+                }
+                Some(v) if v == LAYOUT_VERSION.to_be_bytes() => {}
+                Some(v) => {
+                    return Err(Error::Corrupt(format!(
+                        "graph layout {v:?}, this build reads {LAYOUT_VERSION}"
+                    )));
+                }
+            }
+        }
+        wtx.open_table(NODES, &node_schema())?;
+        wtx.open_table(EDGES, &edge_schema())?;
+        wtx.open_multi_tree(OUT)?;
+        wtx.open_multi_tree(IN)?;
+        wtx.open_tree(PROPS)?;
+        wtx.commit()?;
+        Ok(Graph { env })
+    }
+
+    /// The environment underneath.
+    pub fn environment(&self) -> &Environment {
+        &self.env
+    }
+
+    /// Runs `f` in one write transaction and commits it.
+    ///
+    /// # Errors
+    /// The error `f` returned (nothing is committed), or the commit's.
+    pub fn write<T>(&self, f: impl FnOnce(&mut GraphWriter<'_, '_>) -> Result<T>) -> Result<T> {
+        let mut wtx = self.env.begin_write()?;
+        let out = f(&mut GraphWriter { wtx: &mut wtx })?;
+        wtx.commit()?;
+        Ok(out)
+    }
+
+    /// Runs `f` in a merged write transaction (many threads' calls share transactions and
+    /// journal writes). `f` may run more than once (see [`Environment::try_submit`]).
+    ///
+    /// # Errors
+    /// As [`Graph::write`].
+    pub fn submit<T: Send + 'static>(
+        &self,
+        f: impl Fn(&mut GraphWriter<'_, '_>) -> Result<T> + Send + Sync + 'static,
+    ) -> Result<T> {
+        self.env.try_submit(move |wtx| f(&mut GraphWriter { wtx }))
+    }
+
+    /// Runs `f` on one snapshot: every read of one query sees the same graph.
+    ///
+    /// # Errors
+    /// The error `f` returned; engine errors opening the snapshot.
+    pub fn read<T>(&self, f: impl FnOnce(&GraphRead<'_>) -> Result<T>) -> Result<T> {
+        let rtx = self.env.begin_read()?;
+        let view = GraphRead::open_on(&rtx)?;
+        f(&view)
+    }
+}
+
+/// Writes to the graph inside one transaction.
+pub struct GraphWriter<'w, 'env> {
+    wtx: &'w mut WriteTxn<'env>,
+}
+
+fn next_id(wtx: &mut WriteTxn<'_>, key: &[u8]) -> Result<u64> {
+    let mut meta = wtx.open_tree(META)?;
+    let next = meta
+        .get(key)?
+        .and_then(|v| v.try_into().ok().map(u64::from_be_bytes))
+        .ok_or_else(|| Error::Corrupt("no next id".into()))?;
+    meta.insert(key, (next + 1).to_be_bytes())?;
+    Ok(next)
+}
+
+/// An adjacency key: `node id BE | type`.
+pub(crate) fn adjacency_key(node: u64, edge_type: &str) -> Vec<u8> {
+    let mut k = node.to_be_bytes().to_vec();
+    k.extend_from_slice(edge_type.as_bytes());
+    k
+}
+
+/// An adjacency value: `other node id BE | edge id BE`.
+pub(crate) fn adjacency_value(other: u64, edge: u64) -> [u8; 16] {
+    let mut v = [0u8; 16];
+    v[..8].copy_from_slice(&other.to_be_bytes());
+    v[8..].copy_from_slice(&edge.to_be_bytes());
+    v
+}
+
+pub(crate) fn split_adjacency_value(v: &[u8]) -> Result<(u64, u64)> {
+    let bad = || Error::Corrupt(format!("adjacency value of {} bytes", v.len()));
+    let other = v
+        .get(..8)
+        .and_then(|b| b.try_into().ok())
+        .map(u64::from_be_bytes)
+        .ok_or_else(bad)?;
+    let edge = v
+        .get(8..16)
+        .and_then(|b| b.try_into().ok())
+        .map(u64::from_be_bytes)
+        .ok_or_else(bad)?;
+    if v.len() != 16 {
+        return Err(bad());
+    }
+    Ok((other, edge))
+}
+
+pub(crate) fn u64_field(f: Option<&[u8]>) -> Result<u64> {
+    f.and_then(|b| b.try_into().ok())
+        .map(u64::from_be_bytes)
+        .ok_or_else(|| Error::Corrupt("an id field is not 8 bytes".into()))
+}
+
+pub(crate) fn text_field(f: Option<&[u8]>) -> Result<String> {
+    f.and_then(|b| std::str::from_utf8(b).ok())
+        .map(str::to_string)
+        .ok_or_else(|| Error::Corrupt("a name field is not UTF-8".into()))
+}
+
+/// A property-index key prefix for one value: `label 0 property 0 | len u16 BE | bytes`.
+pub(crate) fn prop_key_prefix(label: &str, property: &str, value: &Value) -> Vec<u8> {
+    let bytes = value.index_bytes();
+    let mut k = Vec::with_capacity(label.len() + property.len() + 4 + bytes.len());
+    k.extend_from_slice(label.as_bytes());
+    k.push(0);
+    k.extend_from_slice(property.as_bytes());
+    k.push(0);
+    k.extend_from_slice(&(bytes.len().min(u16::MAX as usize) as u16).to_be_bytes());
+    k.extend_from_slice(&bytes);
+    k
+}
+
+fn index_meta_key(label: &str, property: &str) -> Vec<u8> {
+    let mut k = META_INDEX_PREFIX.to_vec();
+    k.extend_from_slice(label.as_bytes());
+    k.push(0);
+    k.extend_from_slice(property.as_bytes());
+    k
+}
+
+impl<'env> GraphWriter<'_, 'env> {
+    /// The transaction underneath (for writes of your own beside the graph's).
+    pub fn txn(&mut self) -> &mut WriteTxn<'env> {
+        self.wtx
+    }
+
+    /// Adds a node. Returns its stable id.
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`]; engine errors.
+    pub fn add_node(&mut self, label: &str, properties: &Properties) -> Result<u64> {
+        check_name(label)?;
+        let props = encode(properties)?;
+        let id = next_id(self.wtx, META_NEXT_NODE)?;
+        self.wtx.open_table(NODES, &node_schema())?.insert(&[
+            &id.to_be_bytes(),
+            label.as_bytes(),
+            &props,
+        ])?;
+        self.index_node(id, label, properties, true)?;
+        Ok(id)
+    }
+
+    /// Replaces a node's label and properties.
+    ///
+    /// # Errors
+    /// [`Error::NoSuchNode`]; as [`GraphWriter::add_node`].
+    pub fn update_node(&mut self, id: u64, label: &str, properties: &Properties) -> Result<()> {
+        check_name(label)?;
+        let old = self.node(id)?.ok_or(Error::NoSuchNode(id))?;
+        self.index_node(id, &old.label, &old.properties, false)?;
+        let props = encode(properties)?;
+        let mut nodes = self.wtx.open_table(NODES, &node_schema())?;
+        let record = physical(&nodes.index_ids(BY_ID, &id.to_be_bytes())?, id)?;
+        nodes.update(record, &[&id.to_be_bytes(), label.as_bytes(), &props])?;
+        self.index_node(id, label, properties, true)
+    }
+
+    /// The node `id` as this transaction sees it.
+    ///
+    /// # Errors
+    /// Engine and corruption errors.
+    pub fn node(&mut self, id: u64) -> Result<Option<Node>> {
+        let nodes = self.wtx.open_table(NODES, &node_schema())?;
+        let Some(&record) = nodes.index_ids(BY_ID, &id.to_be_bytes())?.first() else {
+            return Ok(None);
+        };
+        let r = nodes
+            .get(record)?
+            .ok_or_else(|| Error::Corrupt(format!("node {id}: no record")))?;
+        Ok(Some(Node {
+            id,
+            label: text_field(r.field(1))?,
+            properties: decode(r.field(2).unwrap_or_default())?,
+        }))
+    }
+
+    /// Adds an edge of type `edge_type` from `source` to `destination`. Returns its id.
+    ///
+    /// # Errors
+    /// [`Error::NoSuchNode`] for a missing end; [`Error::InvalidName`]; engine errors.
+    pub fn add_edge(
+        &mut self,
+        source: u64,
+        destination: u64,
+        edge_type: &str,
+        properties: &Properties,
+    ) -> Result<u64> {
+        check_name(edge_type)?;
+        for end in [source, destination] {
+            let nodes = self.wtx.open_table(NODES, &node_schema())?;
+            if nodes.index_ids(BY_ID, &end.to_be_bytes())?.is_empty() {
+                return Err(Error::NoSuchNode(end));
+            }
+        }
+        let props = encode(properties)?;
+        let id = next_id(self.wtx, META_NEXT_EDGE)?;
+        self.wtx.open_table(EDGES, &edge_schema())?.insert(&[
+            &id.to_be_bytes(),
+            edge_type.as_bytes(),
+            &source.to_be_bytes(),
+            &destination.to_be_bytes(),
+            &props,
+        ])?;
+        self.wtx.open_multi_tree(OUT)?.add(
+            adjacency_key(source, edge_type),
+            adjacency_value(destination, id),
+        )?;
+        self.wtx.open_multi_tree(IN)?.add(
+            adjacency_key(destination, edge_type),
+            adjacency_value(source, id),
+        )?;
+        Ok(id)
+    }
+
+    /// The edge `id` as this transaction sees it.
+    ///
+    /// # Errors
+    /// Engine and corruption errors.
+    pub fn edge(&mut self, id: u64) -> Result<Option<Edge>> {
+        let edges = self.wtx.open_table(EDGES, &edge_schema())?;
+        let Some(&record) = edges.index_ids(BY_ID, &id.to_be_bytes())?.first() else {
+            return Ok(None);
+        };
+        let r = edges
+            .get(record)?
+            .ok_or_else(|| Error::Corrupt(format!("edge {id}: no record")))?;
+        edge_from(id, &r)
+    }
+
+    /// Deletes edge `id`. Returns false if there is none.
+    ///
+    /// # Errors
+    /// Engine and corruption errors.
+    pub fn delete_edge(&mut self, id: u64) -> Result<bool> {
+        let Some(edge) = self.edge(id)? else {
+            return Ok(false);
+        };
+        let mut edges = self.wtx.open_table(EDGES, &edge_schema())?;
+        let record = physical(&edges.index_ids(BY_ID, &id.to_be_bytes())?, id)?;
+        edges.delete(record)?;
+        self.wtx.open_multi_tree(OUT)?.remove(
+            adjacency_key(edge.source, &edge.edge_type),
+            adjacency_value(edge.destination, id),
+        )?;
+        self.wtx.open_multi_tree(IN)?.remove(
+            adjacency_key(edge.destination, &edge.edge_type),
+            adjacency_value(edge.source, id),
+        )?;
+        Ok(true)
+    }
+
+    /// Replaces an edge's properties.
+    ///
+    /// # Errors
+    /// [`Error::NoSuchEdge`]; engine errors.
+    pub fn update_edge(&mut self, id: u64, properties: &Properties) -> Result<()> {
+        let edge = self.edge(id)?.ok_or(Error::NoSuchEdge(id))?;
+        let props = encode(properties)?;
+        let mut edges = self.wtx.open_table(EDGES, &edge_schema())?;
+        let record = physical(&edges.index_ids(BY_ID, &id.to_be_bytes())?, id)?;
+        edges.update(
+            record,
+            &[
+                &id.to_be_bytes(),
+                edge.edge_type.as_bytes(),
+                &edge.source.to_be_bytes(),
+                &edge.destination.to_be_bytes(),
+                &props,
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// The edges touching `id`, both directions (a self-loop once).
+    fn incident_edges(&mut self, id: u64) -> Result<Vec<u64>> {
+        let mut edges = Vec::new();
+        for name in [OUT, IN] {
+            let tree = self.wtx.open_multi_tree(name)?;
+            let prefix = id.to_be_bytes();
+            let keys: Vec<Vec<u8>> = tree
+                .keys::<&[u8], _>((
+                    std::ops::Bound::Included(&prefix[..]),
+                    std::ops::Bound::Unbounded,
+                ))?
+                .map(|k| k.map(<[u8]>::to_vec))
+                .take_while(|k| k.as_ref().map_or(true, |k| k.starts_with(&prefix)))
+                .collect::<hrafn::Result<_>>()?;
+            for key in keys {
+                for v in tree.values(&key)? {
+                    edges.push(split_adjacency_value(v?)?.1);
+                }
+            }
+        }
+        edges.sort_unstable();
+        edges.dedup();
+        Ok(edges)
+    }
+
+    /// Deletes node `id`: with [`DeleteMode::Cascade`] its edges go too; with
+    /// [`DeleteMode::Refuse`] a node with edges stays and the call fails. Returns false if
+    /// there is no such node.
+    ///
+    /// # Errors
+    /// [`Error::NodeHasEdges`]; engine errors.
+    pub fn delete_node(&mut self, id: u64, mode: DeleteMode) -> Result<bool> {
+        let Some(node) = self.node(id)? else {
+            return Ok(false);
+        };
+        let edges = self.incident_edges(id)?;
+        if !edges.is_empty() && mode == DeleteMode::Refuse {
+            return Err(Error::NodeHasEdges {
+                node: id,
+                edges: edges.len() as u64,
+            });
+        }
+        for edge in edges {
+            self.delete_edge(edge)?;
+        }
+        self.index_node(id, &node.label, &node.properties, false)?;
+        let mut nodes = self.wtx.open_table(NODES, &node_schema())?;
+        let record = physical(&nodes.index_ids(BY_ID, &id.to_be_bytes())?, id)?;
+        nodes.delete(record)?;
+        Ok(true)
+    }
+
+    /// Creates a property index on (label, property): nodes of that label are then found
+    /// by that property's value without a scan. Indexes the nodes already there.
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`]; engine errors.
+    pub fn create_property_index(&mut self, label: &str, property: &str) -> Result<()> {
+        check_name(label)?;
+        check_name(property)?;
+        let key = index_meta_key(label, property);
+        if self.wtx.open_tree(META)?.get(&key)?.is_some() {
+            return Ok(());
+        }
+        self.wtx.open_tree(META)?.insert(&key, [])?;
+        let ids: Vec<u64> = {
+            let nodes = self.wtx.open_table(NODES, &node_schema())?;
+            let records = nodes.index_ids(BY_LABEL, label.as_bytes())?;
+            let mut ids = Vec::with_capacity(records.len());
+            for r in records {
+                let rec = nodes
+                    .get(r)?
+                    .ok_or_else(|| Error::Corrupt("label index names no record".into()))?;
+                ids.push(u64_field(rec.field(0))?);
+            }
+            ids
+        };
+        for id in ids {
+            let node = self.node(id)?.ok_or(Error::NoSuchNode(id))?;
+            if let Some(v) = node.properties.get(property) {
+                let mut k = prop_key_prefix(label, property, v);
+                k.extend_from_slice(&id.to_be_bytes());
+                self.wtx.open_tree(PROPS)?.insert(k, [])?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds (or removes) node `id`'s entries in every property index of its label.
+    fn index_node(
+        &mut self,
+        id: u64,
+        label: &str,
+        properties: &Properties,
+        add: bool,
+    ) -> Result<()> {
+        if properties.is_empty() {
+            return Ok(());
+        }
+        let indexed: Vec<String> = {
+            let meta = self.wtx.open_tree(META)?;
+            let prefix = index_meta_key(label, "");
+            meta.prefix(&prefix)?
+                .map(|item| {
+                    item.map_err(Error::from).and_then(|(k, _)| {
+                        std::str::from_utf8(&k[prefix.len()..])
+                            .map(str::to_string)
+                            .map_err(|_| Error::Corrupt("index name not UTF-8".into()))
+                    })
+                })
+                .collect::<Result<_>>()?
+        };
+        if indexed.is_empty() {
+            return Ok(());
+        }
+        let mut props = self.wtx.open_tree(PROPS)?;
+        for property in indexed {
+            if let Some(v) = properties.get(&property) {
+                let mut k = prop_key_prefix(label, &property, v);
+                k.extend_from_slice(&id.to_be_bytes());
+                if add {
+                    props.insert(k, [])?;
+                } else {
+                    props.remove(k)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The single table id a stable id translates to.
+fn physical(records: &[u64], id: u64) -> Result<u64> {
+    records
+        .first()
+        .copied()
+        .ok_or_else(|| Error::Corrupt(format!("id {id} has no record")))
+}
+
+fn edge_from(id: u64, r: &hrafn::table::Record<'_>) -> Result<Option<Edge>> {
+    Ok(Some(Edge {
+        id,
+        edge_type: text_field(r.field(1))?,
+        source: u64_field(r.field(2))?,
+        destination: u64_field(r.field(3))?,
+        properties: decode(r.field(4).unwrap_or_default())?,
+    }))
+}
+
+/// One snapshot of the graph, its tables and trees open: what queries run on.
+pub struct GraphRead<'t> {
+    pub(crate) nodes: Table<'t>,
+    pub(crate) edges: Table<'t>,
+    pub(crate) out: MultiTree<'t>,
+    pub(crate) inn: MultiTree<'t>,
+    pub(crate) props: Tree<'t>,
+    pub(crate) meta: Tree<'t>,
+}
+
+impl<'t> GraphRead<'t> {
+    /// Opens the view on a read transaction of the graph's environment.
+    ///
+    /// # Errors
+    /// Engine errors (the graph's trees missing: not a graph).
+    pub fn open_on(rtx: &'t ReadTxn<'_>) -> Result<GraphRead<'t>> {
+        Ok(GraphRead {
+            nodes: rtx.open_table(NODES, &node_schema())?,
+            edges: rtx.open_table(EDGES, &edge_schema())?,
+            out: rtx.open_multi_tree(OUT)?,
+            inn: rtx.open_multi_tree(IN)?,
+            props: rtx.open_tree(PROPS)?,
+            meta: rtx.open_tree(META)?,
+        })
+    }
+
+    /// The table id (physical location) of node `id`.
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub fn node_location(&self, id: u64) -> Result<Option<u64>> {
+        Ok(self
+            .nodes
+            .index_ids(BY_ID, &id.to_be_bytes())?
+            .first()
+            .copied())
+    }
+
+    /// Node `id`.
+    ///
+    /// # Errors
+    /// Engine and corruption errors.
+    pub fn node(&self, id: u64) -> Result<Option<Node>> {
+        let Some(record) = self.node_location(id)? else {
+            return Ok(None);
+        };
+        let r = self
+            .nodes
+            .get(record)?
+            .ok_or_else(|| Error::Corrupt(format!("node {id}: no record")))?;
+        Ok(Some(Node {
+            id,
+            label: text_field(r.field(1))?,
+            properties: decode(r.field(2).unwrap_or_default())?,
+        }))
+    }
+
+    /// Edge `id`.
+    ///
+    /// # Errors
+    /// Engine and corruption errors.
+    pub fn edge(&self, id: u64) -> Result<Option<Edge>> {
+        let Some(&record) = self.edges.index_ids(BY_ID, &id.to_be_bytes())?.first() else {
+            return Ok(None);
+        };
+        let r = self
+            .edges
+            .get(record)?
+            .ok_or_else(|| Error::Corrupt(format!("edge {id}: no record")))?;
+        edge_from(id, &r)
+    }
+
+    /// Number of nodes.
+    pub fn node_count(&self) -> u64 {
+        self.nodes.len()
+    }
+
+    /// Number of edges.
+    pub fn edge_count(&self) -> u64 {
+        self.edges.len()
+    }
+
+    /// The neighbours of `id` along edges of `edge_type` (any type when `None`), following
+    /// `direction`; sorted by type, then neighbour, then edge.
+    ///
+    /// # Errors
+    /// Engine and corruption errors.
+    pub fn neighbours(
+        &self,
+        id: u64,
+        direction: Direction,
+        edge_type: Option<&str>,
+    ) -> Result<Vec<Neighbour>> {
+        let mut out = Vec::new();
+        self.for_each_neighbour(id, direction, edge_type, &mut |n| {
+            out.push(n);
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// Calls `f` for each neighbour (see [`GraphRead::neighbours`]) without collecting.
+    ///
+    /// # Errors
+    /// Engine and corruption errors, or `f`'s.
+    pub fn for_each_neighbour(
+        &self,
+        id: u64,
+        direction: Direction,
+        edge_type: Option<&str>,
+        f: &mut dyn FnMut(Neighbour) -> Result<()>,
+    ) -> Result<()> {
+        let trees: &[&MultiTree<'t>] = match direction {
+            Direction::Out => &[&self.out],
+            Direction::In => &[&self.inn],
+            Direction::Both => &[&self.out, &self.inn],
+        };
+        for tree in trees {
+            match edge_type {
+                Some(t) => {
+                    for v in tree.values(adjacency_key(id, t))? {
+                        let (node, edge) = split_adjacency_value(v?)?;
+                        f(Neighbour {
+                            node,
+                            edge,
+                            edge_type: t.to_string(),
+                        })?;
+                    }
+                }
+                None => {
+                    let prefix = id.to_be_bytes();
+                    for key in tree.keys::<&[u8], _>((
+                        std::ops::Bound::Included(&prefix[..]),
+                        std::ops::Bound::Unbounded,
+                    ))? {
+                        let key = key?;
+                        if !key.starts_with(&prefix) {
+                            break;
+                        }
+                        let t = std::str::from_utf8(&key[8..])
+                            .map_err(|_| Error::Corrupt("edge type not UTF-8".into()))?;
+                        for v in tree.values(key)? {
+                            let (node, edge) = split_adjacency_value(v?)?;
+                            f(Neighbour {
+                                node,
+                                edge,
+                                edge_type: t.to_string(),
+                            })?;
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The number of edges of `edge_type` (any when `None`) at `id` in `direction`.
+    ///
+    /// # Errors
+    /// Engine and corruption errors.
+    pub fn degree(&self, id: u64, direction: Direction, edge_type: Option<&str>) -> Result<u64> {
+        match edge_type {
+            Some(t) => {
+                let key = adjacency_key(id, t);
+                Ok(match direction {
+                    Direction::Out => self.out.count(&key)?,
+                    Direction::In => self.inn.count(&key)?,
+                    Direction::Both => self.out.count(&key)? + self.inn.count(&key)?,
+                })
+            }
+            None => {
+                let mut n = 0;
+                self.for_each_neighbour(id, direction, None, &mut |_| {
+                    n += 1;
+                    Ok(())
+                })?;
+                Ok(n)
+            }
+        }
+    }
+
+    /// The ids of the nodes labelled `label`, ascending.
+    ///
+    /// # Errors
+    /// Engine and corruption errors.
+    pub fn nodes_with_label(&self, label: &str) -> Result<Vec<u64>> {
+        let mut ids = Vec::new();
+        for record in self.nodes.index_ids(BY_LABEL, label.as_bytes())? {
+            let r = self
+                .nodes
+                .get(record)?
+                .ok_or_else(|| Error::Corrupt("label index names no record".into()))?;
+            ids.push(u64_field(r.field(0))?);
+        }
+        ids.sort_unstable();
+        Ok(ids)
+    }
+
+    /// Whether a property index exists on (label, property).
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub fn has_property_index(&self, label: &str, property: &str) -> Result<bool> {
+        Ok(self.meta.get(index_meta_key(label, property))?.is_some())
+    }
+
+    /// The nodes labelled `label` whose `property` equals `value`, ascending: through the
+    /// property index when there is one, else by reading every node of the label.
+    ///
+    /// # Errors
+    /// Engine and corruption errors.
+    pub fn find_nodes(&self, label: &str, property: &str, value: &Value) -> Result<Vec<u64>> {
+        if self.has_property_index(label, property)? {
+            let prefix = prop_key_prefix(label, property, value);
+            let mut ids = Vec::new();
+            for item in self.props.prefix(&prefix)? {
+                let (k, _) = item?;
+                if k.len() != prefix.len() + 8 {
+                    continue;
+                }
+                ids.push(u64_field(Some(&k[prefix.len()..]))?);
+            }
+            return Ok(ids);
+        }
+        let mut ids = Vec::new();
+        for id in self.nodes_with_label(label)? {
+            if let Some(node) = self.node(id)?
+                && node.properties.get(property) == Some(value)
+            {
+                ids.push(id);
+            }
+        }
+        Ok(ids)
+    }
+}

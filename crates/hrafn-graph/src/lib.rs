@@ -1,0 +1,20 @@
+//! A graph store on Hrafn.
+#![warn(missing_docs)]
+
+mod check;
+pub mod error;
+mod graph;
+pub mod load;
+pub mod pattern;
+pub mod traverse;
+pub mod value;
+
+pub use check::GraphCheckReport;
+pub use error::{Error, Result};
+pub use graph::{
+    DeleteMode, Direction, Edge, Graph, GraphRead, GraphWriter, LAYOUT_VERSION, Neighbour, Node,
+};
+pub use load::{LoadProgress, LoadReport};
+pub use pattern::Pattern;
+pub use traverse::Traversal;
+pub use value::{Properties, Value};

@@ -1,0 +1,277 @@
+//! Traversals on one snapshot: breadth- and depth-first walks with filters and depth
+//! limits, k-hop neighbourhoods, and shortest paths (unweighted and weighted).
+//!
+//! Breadth-first walks go level by level, and each level's frontier is visited in the
+//! order of its nodes' ids: adjacency is keyed by node id, so the walk reads the adjacency
+//! trees front to back, in page order, instead of jumping (the posts' "locality"
+//! ordering; it pays when the graph is larger than memory).
+
+use crate::error::Result;
+use crate::graph::{Direction, GraphRead, Neighbour, Node};
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, HashMap, HashSet};
+
+/// How a traversal walks: which way, along which edge types, how deep, through which nodes.
+pub struct Traversal<'f> {
+    /// Which way edges are followed.
+    pub direction: Direction,
+    /// Edge types followed (all when empty).
+    pub edge_types: Vec<String>,
+    /// Deepest level visited (the start is level 0); unbounded when `None`.
+    pub max_depth: Option<u32>,
+    /// Nodes the walk may enter (the start is always visited).
+    pub node_filter: Option<&'f dyn Fn(&Node) -> bool>,
+    /// Edges the walk may follow.
+    pub edge_filter: Option<&'f dyn Fn(&Neighbour) -> bool>,
+}
+
+impl Default for Traversal<'_> {
+    fn default() -> Self {
+        Traversal {
+            direction: Direction::Out,
+            edge_types: Vec::new(),
+            max_depth: None,
+            node_filter: None,
+            edge_filter: None,
+        }
+    }
+}
+
+impl<'f> Traversal<'f> {
+    /// Follows edges `direction`.
+    pub fn direction(mut self, direction: Direction) -> Self {
+        self.direction = direction;
+        self
+    }
+
+    /// Follows only edges of these types.
+    pub fn edge_types(mut self, types: &[&str]) -> Self {
+        self.edge_types = types.iter().map(|t| t.to_string()).collect();
+        self
+    }
+
+    /// Stops at this depth.
+    pub fn max_depth(mut self, depth: u32) -> Self {
+        self.max_depth = Some(depth);
+        self
+    }
+
+    /// Enters only nodes `f` accepts.
+    pub fn node_filter(mut self, f: &'f dyn Fn(&Node) -> bool) -> Self {
+        self.node_filter = Some(f);
+        self
+    }
+
+    /// Follows only edges `f` accepts.
+    pub fn edge_filter(mut self, f: &'f dyn Fn(&Neighbour) -> bool) -> Self {
+        self.edge_filter = Some(f);
+        self
+    }
+}
+
+impl GraphRead<'_> {
+    /// The neighbours a traversal may step to from `id`.
+    fn steps(&self, id: u64, t: &Traversal<'_>) -> Result<Vec<Neighbour>> {
+        let mut out = Vec::new();
+        let mut take = |n: Neighbour| {
+            if t.edge_filter.is_none_or(|f| f(&n)) {
+                out.push(n);
+            }
+            Ok(())
+        };
+        if t.edge_types.is_empty() {
+            self.for_each_neighbour(id, t.direction, None, &mut take)?;
+        } else {
+            for ty in &t.edge_types {
+                self.for_each_neighbour(id, t.direction, Some(ty), &mut take)?;
+            }
+        }
+        Ok(out)
+    }
+
+    fn admits(&self, id: u64, t: &Traversal<'_>) -> Result<bool> {
+        match t.node_filter {
+            None => Ok(true),
+            Some(f) => Ok(self.node(id)?.is_some_and(|n| f(&n))),
+        }
+    }
+
+    /// Breadth-first from `start`: each reached node with its depth, level by level (each
+    /// level in id order). A node is reached once, at its smallest depth.
+    ///
+    /// # Errors
+    /// Engine and corruption errors.
+    pub fn bfs(&self, start: u64, t: &Traversal<'_>) -> Result<Vec<(u64, u32)>> {
+        let mut seen = HashSet::from([start]);
+        let mut out = vec![(start, 0)];
+        let mut frontier = vec![start];
+        let mut depth = 0;
+        while !frontier.is_empty() && t.max_depth.is_none_or(|m| depth < m) {
+            depth += 1;
+            frontier.sort_unstable();
+            let mut next = Vec::new();
+            for id in frontier {
+                for n in self.steps(id, t)? {
+                    if !seen.contains(&n.node) && self.admits(n.node, t)? {
+                        seen.insert(n.node);
+                        next.push(n.node);
+                    }
+                }
+            }
+            next.sort_unstable();
+            out.extend(next.iter().map(|&id| (id, depth)));
+            frontier = next;
+        }
+        Ok(out)
+    }
+
+    /// Depth-first from `start` (neighbours in the order [`GraphRead::neighbours`] gives):
+    /// each reached node with the depth it was reached at, in visiting order.
+    ///
+    /// # Errors
+    /// Engine and corruption errors.
+    pub fn dfs(&self, start: u64, t: &Traversal<'_>) -> Result<Vec<(u64, u32)>> {
+        let mut seen = HashSet::new();
+        let mut out = Vec::new();
+        let mut stack = vec![(start, 0u32)];
+        while let Some((id, depth)) = stack.pop() {
+            if !seen.insert(id) {
+                continue;
+            }
+            out.push((id, depth));
+            if t.max_depth.is_some_and(|m| depth >= m) {
+                continue;
+            }
+            let steps = self.steps(id, t)?;
+            for n in steps.into_iter().rev() {
+                if !seen.contains(&n.node) && self.admits(n.node, t)? {
+                    stack.push((n.node, depth + 1));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The nodes within `k` steps of `start` (itself excluded), ascending.
+    ///
+    /// # Errors
+    /// Engine and corruption errors.
+    pub fn k_hop(&self, start: u64, k: u32, t: &Traversal<'_>) -> Result<Vec<u64>> {
+        let limited = Traversal {
+            direction: t.direction,
+            edge_types: t.edge_types.clone(),
+            max_depth: Some(t.max_depth.map_or(k, |m| m.min(k))),
+            node_filter: t.node_filter,
+            edge_filter: t.edge_filter,
+        };
+        let mut ids: Vec<u64> = self
+            .bfs(start, &limited)?
+            .into_iter()
+            .filter(|&(id, d)| d > 0 && id != start)
+            .map(|(id, _)| id)
+            .collect();
+        ids.sort_unstable();
+        Ok(ids)
+    }
+
+    /// A path with the fewest edges from `from` to `to` (both ends included), if any.
+    ///
+    /// # Errors
+    /// Engine and corruption errors.
+    pub fn shortest_path(&self, from: u64, to: u64, t: &Traversal<'_>) -> Result<Option<Vec<u64>>> {
+        let mut parent: HashMap<u64, u64> = HashMap::new();
+        let mut seen = HashSet::from([from]);
+        let mut frontier = vec![from];
+        let mut depth = 0;
+        while !frontier.is_empty() && !seen.contains(&to) && t.max_depth.is_none_or(|m| depth < m) {
+            depth += 1;
+            frontier.sort_unstable();
+            let mut next = Vec::new();
+            for id in frontier {
+                for n in self.steps(id, t)? {
+                    if !seen.contains(&n.node) && self.admits(n.node, t)? {
+                        seen.insert(n.node);
+                        parent.insert(n.node, id);
+                        next.push(n.node);
+                    }
+                }
+            }
+            frontier = next;
+        }
+        if !seen.contains(&to) {
+            return Ok(None);
+        }
+        let mut path = vec![to];
+        while let Some(&p) = parent.get(path.last().unwrap_or(&from)) {
+            path.push(p);
+        }
+        path.reverse();
+        Ok(Some(path))
+    }
+
+    /// A lightest path from `from` to `to` and its weight, the weight of an edge being its
+    /// numeric property `weight_property` (edges without one weigh 1; negative weights
+    /// are taken as 0). Dijkstra's algorithm.
+    ///
+    /// # Errors
+    /// Engine and corruption errors.
+    pub fn shortest_path_weighted(
+        &self,
+        from: u64,
+        to: u64,
+        weight_property: &str,
+        t: &Traversal<'_>,
+    ) -> Result<Option<(Vec<u64>, f64)>> {
+        #[derive(PartialEq)]
+        struct Entry(f64, u64);
+        impl Eq for Entry {}
+        impl PartialOrd for Entry {
+            fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+                Some(self.cmp(other))
+            }
+        }
+        impl Ord for Entry {
+            fn cmp(&self, other: &Self) -> Ordering {
+                // Smallest distance first; ties by id for a deterministic result.
+                other
+                    .0
+                    .total_cmp(&self.0)
+                    .then_with(|| other.1.cmp(&self.1))
+            }
+        }
+        let mut dist: HashMap<u64, f64> = HashMap::from([(from, 0.0)]);
+        let mut parent: HashMap<u64, u64> = HashMap::new();
+        let mut done = HashSet::new();
+        let mut heap = BinaryHeap::from([Entry(0.0, from)]);
+        while let Some(Entry(d, id)) = heap.pop() {
+            if !done.insert(id) {
+                continue;
+            }
+            if id == to {
+                let mut path = vec![to];
+                while let Some(&p) = parent.get(path.last().unwrap_or(&from)) {
+                    path.push(p);
+                }
+                path.reverse();
+                return Ok(Some((path, d)));
+            }
+            for n in self.steps(id, t)? {
+                if done.contains(&n.node) || !self.admits(n.node, t)? {
+                    continue;
+                }
+                let w = self
+                    .edge(n.edge)?
+                    .and_then(|e| e.properties.get(weight_property).and_then(|v| v.as_f64()))
+                    .unwrap_or(1.0)
+                    .max(0.0);
+                let nd = d + w;
+                if dist.get(&n.node).is_none_or(|&old| nd < old) {
+                    dist.insert(n.node, nd);
+                    parent.insert(n.node, id);
+                    heap.push(Entry(nd, n.node));
+                }
+            }
+        }
+        Ok(None)
+    }
+}
