@@ -271,6 +271,22 @@ impl<'env> GraphWriter<'_, 'env> {
         self.wtx
     }
 
+    /// Table `name` and the record id stable id `id` translates to in it.
+    fn located(
+        &mut self,
+        name: &str,
+        schema: &Schema,
+        id: u64,
+    ) -> Result<(hrafn::TableMut<'_, 'env>, u64)> {
+        let table = self.wtx.open_table(name, schema)?;
+        let record = table
+            .index_ids(BY_ID, &id.to_be_bytes())?
+            .first()
+            .copied()
+            .ok_or_else(|| Error::Corrupt(format!("id {id} has no record in {name}")))?;
+        Ok((table, record))
+    }
+
     /// Adds a node. Returns its stable id.
     ///
     /// # Errors
@@ -297,8 +313,7 @@ impl<'env> GraphWriter<'_, 'env> {
         let old = self.node(id)?.ok_or(Error::NoSuchNode(id))?;
         self.index_node(id, &old.label, &old.properties, false)?;
         let props = encode(properties)?;
-        let mut nodes = self.wtx.open_table(NODES, &node_schema())?;
-        let record = physical(&nodes.index_ids(BY_ID, &id.to_be_bytes())?, id)?;
+        let (mut nodes, record) = self.located(NODES, &node_schema(), id)?;
         nodes.update(record, &[&id.to_be_bytes(), label.as_bytes(), &props])?;
         self.index_node(id, label, properties, true)
     }
@@ -383,8 +398,7 @@ impl<'env> GraphWriter<'_, 'env> {
         let Some(edge) = self.edge(id)? else {
             return Ok(false);
         };
-        let mut edges = self.wtx.open_table(EDGES, &edge_schema())?;
-        let record = physical(&edges.index_ids(BY_ID, &id.to_be_bytes())?, id)?;
+        let (mut edges, record) = self.located(EDGES, &edge_schema(), id)?;
         edges.delete(record)?;
         self.wtx.open_multi_tree(OUT)?.remove(
             adjacency_key(edge.source, &edge.edge_type),
@@ -404,8 +418,7 @@ impl<'env> GraphWriter<'_, 'env> {
     pub fn update_edge(&mut self, id: u64, properties: &Properties) -> Result<()> {
         let edge = self.edge(id)?.ok_or(Error::NoSuchEdge(id))?;
         let props = encode(properties)?;
-        let mut edges = self.wtx.open_table(EDGES, &edge_schema())?;
-        let record = physical(&edges.index_ids(BY_ID, &id.to_be_bytes())?, id)?;
+        let (mut edges, record) = self.located(EDGES, &edge_schema(), id)?;
         edges.update(
             record,
             &[
@@ -465,8 +478,7 @@ impl<'env> GraphWriter<'_, 'env> {
             self.delete_edge(edge)?;
         }
         self.index_node(id, &node.label, &node.properties, false)?;
-        let mut nodes = self.wtx.open_table(NODES, &node_schema())?;
-        let record = physical(&nodes.index_ids(BY_ID, &id.to_be_bytes())?, id)?;
+        let (mut nodes, record) = self.located(NODES, &node_schema(), id)?;
         nodes.delete(record)?;
         Ok(true)
     }
@@ -548,14 +560,6 @@ impl<'env> GraphWriter<'_, 'env> {
         }
         Ok(())
     }
-}
-
-/// The single table id a stable id translates to.
-fn physical(records: &[u64], id: u64) -> Result<u64> {
-    records
-        .first()
-        .copied()
-        .ok_or_else(|| Error::Corrupt(format!("id {id} has no record")))
 }
 
 fn edge_from(id: u64, r: &hrafn::table::Record<'_>) -> Result<Option<Edge>> {

@@ -96,14 +96,17 @@ impl GraphRead<'_> {
         }
     }
 
-    /// Breadth-first from `start`: each reached node with its depth, level by level (each
-    /// level in id order). A node is reached once, at its smallest depth.
-    ///
-    /// # Errors
-    /// Engine and corruption errors.
-    pub fn bfs(&self, start: u64, t: &Traversal<'_>) -> Result<Vec<(u64, u32)>> {
+    /// Walks breadth-first from `start`, level by level, each level's frontier in id order
+    /// (adjacency is keyed by node id, so a level reads it front to back), calling
+    /// `reached(depth, via, node)` once per newly reached node; stops early when it returns
+    /// true.
+    fn levels(
+        &self,
+        start: u64,
+        t: &Traversal<'_>,
+        reached: &mut dyn FnMut(u32, u64, u64) -> bool,
+    ) -> Result<()> {
         let mut seen = HashSet::from([start]);
-        let mut out = vec![(start, 0)];
         let mut frontier = vec![start];
         let mut depth = 0;
         while !frontier.is_empty() && t.max_depth.is_none_or(|m| depth < m) {
@@ -114,14 +117,31 @@ impl GraphRead<'_> {
                 for n in self.steps(id, t)? {
                     if !seen.contains(&n.node) && self.admits(n.node, t)? {
                         seen.insert(n.node);
+                        if reached(depth, id, n.node) {
+                            return Ok(());
+                        }
                         next.push(n.node);
                     }
                 }
             }
-            next.sort_unstable();
-            out.extend(next.iter().map(|&id| (id, depth)));
             frontier = next;
         }
+        Ok(())
+    }
+
+    /// Breadth-first from `start`: each reached node with its depth, level by level (each
+    /// level in id order). A node is reached once, at its smallest depth.
+    ///
+    /// # Errors
+    /// Engine and corruption errors.
+    pub fn bfs(&self, start: u64, t: &Traversal<'_>) -> Result<Vec<(u64, u32)>> {
+        let mut out = vec![(start, 0)];
+        self.levels(start, t, &mut |depth, _, id| {
+            out.push((id, depth));
+            false
+        })?;
+        // Each level in id order.
+        out.sort_by_key(|&(id, depth)| (depth, id));
         Ok(out)
     }
 
@@ -179,26 +199,15 @@ impl GraphRead<'_> {
     /// # Errors
     /// Engine and corruption errors.
     pub fn shortest_path(&self, from: u64, to: u64, t: &Traversal<'_>) -> Result<Option<Vec<u64>>> {
-        let mut parent: HashMap<u64, u64> = HashMap::new();
-        let mut seen = HashSet::from([from]);
-        let mut frontier = vec![from];
-        let mut depth = 0;
-        while !frontier.is_empty() && !seen.contains(&to) && t.max_depth.is_none_or(|m| depth < m) {
-            depth += 1;
-            frontier.sort_unstable();
-            let mut next = Vec::new();
-            for id in frontier {
-                for n in self.steps(id, t)? {
-                    if !seen.contains(&n.node) && self.admits(n.node, t)? {
-                        seen.insert(n.node);
-                        parent.insert(n.node, id);
-                        next.push(n.node);
-                    }
-                }
-            }
-            frontier = next;
+        if from == to {
+            return Ok(Some(vec![from]));
         }
-        if !seen.contains(&to) {
+        let mut parent: HashMap<u64, u64> = HashMap::new();
+        self.levels(from, t, &mut |_, via, id| {
+            parent.insert(id, via);
+            id == to
+        })?;
+        if !parent.contains_key(&to) {
             return Ok(None);
         }
         let mut path = vec![to];

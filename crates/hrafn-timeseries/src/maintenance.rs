@@ -238,20 +238,26 @@ fn delete_ids(wtx: &mut WriteTxn<'_>, ids: &[u64]) -> Result<u64> {
                 ooo.remove(id_key(id))?;
             }
         }
-        let spans = chunk_spans(wtx, id)?;
-        {
-            let mut chunks = wtx.open_tree(TREE_CHUNKS)?;
-            for &(first, _) in &spans {
-                chunks.remove(chunk_key(id, first))?;
-            }
-        }
-        let mut blocks = wtx.open_tree(TREE_BLOCKS)?;
-        for &(first, last) in &spans {
-            blocks.remove(block_key(last, id, first))?;
-        }
+        remove_chunks(wtx, id)?;
         deleted += 1;
     }
     Ok(deleted)
+}
+
+/// Removes every sealed chunk of series `id` and its age-index entries. Returns how many.
+fn remove_chunks(wtx: &mut WriteTxn<'_>, id: u64) -> Result<u64> {
+    let spans = chunk_spans(wtx, id)?;
+    {
+        let mut chunks = wtx.open_tree(TREE_CHUNKS)?;
+        for &(first, _) in &spans {
+            chunks.remove(chunk_key(id, first))?;
+        }
+    }
+    let mut blocks = wtx.open_tree(TREE_BLOCKS)?;
+    for &(first, last) in &spans {
+        blocks.remove(block_key(last, id, first))?;
+    }
+    Ok(spans.len() as u64)
 }
 
 /// `(first, last)` timestamps of series `id`'s sealed chunks, in time order.
@@ -304,19 +310,7 @@ fn compact_series(wtx: &mut WriteTxn<'_>, id: u64, report: &mut CompactReport) -
     if extra.is_empty() && !mergeable {
         return Ok(());
     }
-    let spans = chunk_spans(wtx, id)?;
-    {
-        let mut chunks = wtx.open_tree(TREE_CHUNKS)?;
-        for &(first, _) in &spans {
-            chunks.remove(chunk_key(id, first))?;
-        }
-    }
-    {
-        let mut blocks = wtx.open_tree(TREE_BLOCKS)?;
-        for &(first, last) in &spans {
-            blocks.remove(block_key(last, id, first))?;
-        }
-    }
+    let chunks_before = remove_chunks(wtx, id)?;
     report.out_of_order_folded += extra.len() as u64;
     if !extra.is_empty() {
         let mut ooo = wtx.open_tree(TREE_OOO)?;
@@ -335,7 +329,7 @@ fn compact_series(wtx: &mut WriteTxn<'_>, id: u64, report: &mut CompactReport) -
         .map(|part| (id, chunk::encode(part)))
         .collect();
     report.series_rewritten += 1;
-    report.chunks_before += spans.len() as u64;
+    report.chunks_before += chunks_before;
     report.chunks_after += sealed.len() as u64;
     store_sealed(wtx, &sealed)
 }
