@@ -1,6 +1,6 @@
 //! `hrafn`: inspect, check and read a Hrafn environment, also while another process has it
-//! open for writing (every command but `load`, an in-place `compact` and the writing `ts`
-//! commands opens read-only).
+//! open for writing (every command but `load`, an in-place `compact`, the writing `ts`
+//! commands and `graph load` opens read-only).
 //!
 //! Exit codes: 0 success; 1 the thing asked for is not there (a tree, a key) or the check
 //! found damage; 2 bad usage; 3 any other error (unreadable directory, I/O).
@@ -8,6 +8,7 @@
 mod backup;
 mod compact;
 mod dump;
+mod graph;
 mod report;
 mod ts;
 
@@ -157,6 +158,31 @@ enum Command {
     Ts {
         #[command(subcommand)]
         command: ts::TsCommand,
+    },
+    /// A graph in DIR: load, stat, node, edge, neighbours, bfs, path, find
+    ///
+    /// `load` reads nodes and edges from CSV; the graph gives them ids of its own (1, 2,
+    /// ...), which the other commands take and print, and a loaded node keeps its id of
+    /// the CSV file as the text property `_id`.
+    ///
+    /// `node` and `edge` print one JSON object; a property's value is a JSON null,
+    /// boolean, number or string, bytes are {"hex": "..."}, and a float JSON has no number
+    /// for is {"float": "NaN"} (or "+Inf", "-Inf").
+    ///
+    /// `load` opens DIR for writing (no other process may). The other commands, `stat`
+    /// and its check included, open it read-only (another process may be writing it), and
+    /// refuse a directory without a graph (exit 1) rather than make one.
+    ///
+    /// Examples:
+    ///   hrafn graph load db --nodes people.csv --edges knows.csv
+    ///   hrafn graph find db --label Person --property _id --value alice
+    ///   hrafn graph neighbours db 1 --direction both --type KNOWS
+    ///   hrafn graph bfs db 1 --depth 2 --type KNOWS --type WORKS_AT
+    ///   hrafn graph path db 1 7 --weight distance
+    #[command(verbatim_doc_comment)]
+    Graph {
+        #[command(subcommand)]
+        command: graph::GraphCommand,
     },
 }
 
@@ -355,6 +381,7 @@ fn run(command: Command, out: &mut impl Write) -> Result<(), Failure> {
             compact,
         } => backup::backup(&dir, &target, incremental, chain, compact, out),
         Command::Ts { command } => ts::run(command, out),
+        Command::Graph { command } => graph::run(command, out),
         Command::Restore { into, backups } => backup::restore(&backups, &into, out),
         Command::Verify { backups, deep } => backup::verify(&backups, deep, out),
         Command::Scan {

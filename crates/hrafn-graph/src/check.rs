@@ -23,84 +23,92 @@ impl GraphCheckReport {
 }
 
 impl Graph {
-    /// Checks the engine's pages (as [`hrafn::ReadTxn::check`]), then that every edge
-    /// joins two existing nodes and appears exactly once in `g.out` (under its source) and
-    /// in `g.in` (under its destination), and that adjacency holds nothing else; that
-    /// stable ids translate to the records that carry them.
+    /// [`check`] on the latest snapshot.
     ///
     /// # Errors
-    /// Engine errors reading the trees (a damaged page is a reported problem instead).
+    /// As [`check`].
     pub fn check(&self) -> Result<GraphCheckReport> {
-        let rtx = self.environment().begin_read()?;
-        let mut r = GraphCheckReport::default();
-        if let Err(e) = rtx.check() {
-            r.problems.push(format!("engine check: {e}"));
-            return Ok(r);
-        }
-        let view = GraphRead::open_on(&rtx)?;
-        let mut nodes = BTreeSet::new();
-        for item in view.nodes.scan()? {
-            let (record, rec) = item?;
-            let id = u64_field(rec.field(0))?;
-            if view.node_location(id)? != Some(record) {
-                r.problems.push(format!(
-                    "node {id}: its id does not translate to record {record}"
-                ));
-            }
-            if !nodes.insert(id) {
-                r.problems
-                    .push(format!("node id {id} carried by two records"));
-            }
-        }
-        r.nodes = nodes.len() as u64;
-        // (node, type, other, edge) as the edge records say they should be.
-        let mut want_out = BTreeSet::new();
-        let mut want_in = BTreeSet::new();
-        let mut edge_ids = BTreeMap::new();
-        for item in view.edges.scan()? {
-            let (record, rec) = item?;
-            let id = u64_field(rec.field(0))?;
-            let edge_type = text_field(rec.field(1))?;
-            let (src, dst) = (u64_field(rec.field(2))?, u64_field(rec.field(3))?);
-            for end in [src, dst] {
-                if !nodes.contains(&end) {
-                    r.problems
-                        .push(format!("edge {id} dangles: node {end} does not exist"));
-                }
-            }
-            if edge_ids.insert(id, record).is_some() {
-                r.problems
-                    .push(format!("edge id {id} carried by two records"));
-            }
-            want_out.insert((src, edge_type.clone(), dst, id));
-            want_in.insert((dst, edge_type, src, id));
-        }
-        r.edges = edge_ids.len() as u64;
-        for (name, tree, want) in [
-            ("g.out", &view.out, &want_out),
-            ("g.in", &view.inn, &want_in),
-        ] {
-            let mut have = BTreeSet::new();
-            for key in tree.keys::<&[u8], _>(..)? {
-                let key = key?;
-                let node = u64_field(key.get(..8))?;
-                let edge_type = text_field(key.get(8..))?;
-                for v in tree.values(key)? {
-                    let (other, edge) = split_adjacency_value(v?)?;
-                    have.insert((node, edge_type.clone(), other, edge));
-                }
-            }
-            for missing in want.difference(&have) {
-                r.problems.push(format!(
-                    "{name} lacks {missing:?} (node, type, other, edge)"
-                ));
-            }
-            for extra in have.difference(want) {
-                r.problems.push(format!(
-                    "{name} holds {extra:?}, which no edge record gives"
-                ));
-            }
-        }
-        Ok(r)
+        check(&self.environment().begin_read()?)
     }
+}
+
+/// Checks the engine's pages (as [`hrafn::ReadTxn::check`]), then that every edge
+/// joins two existing nodes and appears exactly once in `g.out` (under its source) and
+/// in `g.in` (under its destination), and that adjacency holds nothing else; that stable
+/// ids translate to the records that carry them. Works on any snapshot, read-only
+/// environments included.
+///
+/// # Errors
+/// Engine errors reading the trees (a damaged page is a reported problem instead).
+pub fn check(rtx: &hrafn::ReadTxn<'_>) -> Result<GraphCheckReport> {
+    let mut r = GraphCheckReport::default();
+    if let Err(e) = rtx.check() {
+        r.problems.push(format!("engine check: {e}"));
+        return Ok(r);
+    }
+    let view = GraphRead::open_on(rtx)?;
+    let mut nodes = BTreeSet::new();
+    for item in view.nodes.scan()? {
+        let (record, rec) = item?;
+        let id = u64_field(rec.field(0))?;
+        if view.node_location(id)? != Some(record) {
+            r.problems.push(format!(
+                "node {id}: its id does not translate to record {record}"
+            ));
+        }
+        if !nodes.insert(id) {
+            r.problems
+                .push(format!("node id {id} carried by two records"));
+        }
+    }
+    r.nodes = nodes.len() as u64;
+    // (node, type, other, edge) as the edge records say they should be.
+    let mut want_out = BTreeSet::new();
+    let mut want_in = BTreeSet::new();
+    let mut edge_ids = BTreeMap::new();
+    for item in view.edges.scan()? {
+        let (record, rec) = item?;
+        let id = u64_field(rec.field(0))?;
+        let edge_type = text_field(rec.field(1))?;
+        let (src, dst) = (u64_field(rec.field(2))?, u64_field(rec.field(3))?);
+        for end in [src, dst] {
+            if !nodes.contains(&end) {
+                r.problems
+                    .push(format!("edge {id} dangles: node {end} does not exist"));
+            }
+        }
+        if edge_ids.insert(id, record).is_some() {
+            r.problems
+                .push(format!("edge id {id} carried by two records"));
+        }
+        want_out.insert((src, edge_type.clone(), dst, id));
+        want_in.insert((dst, edge_type, src, id));
+    }
+    r.edges = edge_ids.len() as u64;
+    for (name, tree, want) in [
+        ("g.out", &view.out, &want_out),
+        ("g.in", &view.inn, &want_in),
+    ] {
+        let mut have = BTreeSet::new();
+        for key in tree.keys::<&[u8], _>(..)? {
+            let key = key?;
+            let node = u64_field(key.get(..8))?;
+            let edge_type = text_field(key.get(8..))?;
+            for v in tree.values(key)? {
+                let (other, edge) = split_adjacency_value(v?)?;
+                have.insert((node, edge_type.clone(), other, edge));
+            }
+        }
+        for missing in want.difference(&have) {
+            r.problems.push(format!(
+                "{name} lacks {missing:?} (node, type, other, edge)"
+            ));
+        }
+        for extra in have.difference(want) {
+            r.problems.push(format!(
+                "{name} holds {extra:?}, which no edge record gives"
+            ));
+        }
+    }
+    Ok(r)
 }

@@ -1,7 +1,7 @@
 //! A graph store on Hrafn.
 #![warn(missing_docs)]
 
-mod check;
+pub mod check;
 pub mod error;
 mod graph;
 pub mod load;
