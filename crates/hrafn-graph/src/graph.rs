@@ -244,9 +244,25 @@ pub(crate) fn text_field(f: Option<&[u8]>) -> Result<String> {
         .ok_or_else(|| Error::Corrupt("a name field is not UTF-8".into()))
 }
 
+/// Longest value bytes a property-index key holds whole; a longer value is keyed by its
+/// first bytes and a hash of all of them (engine keys are at most 2,000 bytes), and every
+/// match is confirmed against the node.
+pub(crate) const INDEXED_VALUE_MAX_BYTES: usize = 1024;
+
+/// The bytes a property index keys `value` by (see [`INDEXED_VALUE_MAX_BYTES`]).
+fn indexed_value_bytes(value: &Value) -> Vec<u8> {
+    let mut bytes = value.index_bytes();
+    if bytes.len() > INDEXED_VALUE_MAX_BYTES {
+        let hash = xxhash_rust::xxh3::xxh3_64(&bytes);
+        bytes.truncate(INDEXED_VALUE_MAX_BYTES - 8);
+        bytes.extend_from_slice(&hash.to_be_bytes());
+    }
+    bytes
+}
+
 /// A property-index key prefix for one value: `label 0 property 0 | len u16 BE | bytes`.
 pub(crate) fn prop_key_prefix(label: &str, property: &str, value: &Value) -> Vec<u8> {
-    let bytes = value.index_bytes();
+    let bytes = indexed_value_bytes(value);
     let mut k = Vec::with_capacity(label.len() + property.len() + 4 + bytes.len());
     k.extend_from_slice(label.as_bytes());
     k.push(0);
@@ -670,10 +686,15 @@ impl<'t> GraphRead<'t> {
             out.push(n);
             Ok(())
         })?;
+        if direction == Direction::Both {
+            // Each direction comes sorted; together they are merged into one order.
+            out.sort_by(|a, b| (&a.edge_type, a.node, a.edge).cmp(&(&b.edge_type, b.node, b.edge)));
+        }
         Ok(out)
     }
 
-    /// Calls `f` for each neighbour (see [`GraphRead::neighbours`]) without collecting.
+    /// Calls `f` for each neighbour (see [`GraphRead::neighbours`]) without collecting: for
+    /// [`Direction::Both`], the outgoing ones (in order), then the incoming ones.
     ///
     /// # Errors
     /// Engine and corruption errors, or `f`'s.
@@ -786,20 +807,33 @@ impl<'t> GraphRead<'t> {
     pub fn find_nodes(&self, label: &str, property: &str, value: &Value) -> Result<Vec<u64>> {
         if self.has_property_index(label, property)? {
             let prefix = prop_key_prefix(label, property, value);
+            // A long value is keyed by a prefix and a hash: confirm against the node.
+            let confirm = value.index_bytes().len() > INDEXED_VALUE_MAX_BYTES;
             let mut ids = Vec::new();
             for item in self.props.prefix(&prefix)? {
                 let (k, _) = item?;
                 if k.len() != prefix.len() + 8 {
                     continue;
                 }
-                ids.push(u64_field(Some(&k[prefix.len()..]))?);
+                let id = u64_field(Some(&k[prefix.len()..]))?;
+                if confirm
+                    && !self.node(id)?.is_some_and(|n| {
+                        n.properties.get(property).is_some_and(|v| v.same_as(value))
+                    })
+                {
+                    continue;
+                }
+                ids.push(id);
             }
             return Ok(ids);
         }
         let mut ids = Vec::new();
         for id in self.nodes_with_label(label)? {
             if let Some(node) = self.node(id)?
-                && node.properties.get(property) == Some(value)
+                && node
+                    .properties
+                    .get(property)
+                    .is_some_and(|v| v.same_as(value))
             {
                 ids.push(id);
             }

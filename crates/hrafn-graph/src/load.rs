@@ -44,9 +44,11 @@ fn cell_value(cell: &str) -> Option<Value> {
     if cell.is_empty() {
         return None;
     }
+    // Rust's float parser also takes words ("NaN", "inf", "Infinity"): a float has digits.
+    let numeric = cell.bytes().any(|b| b.is_ascii_digit());
     Some(if let Ok(i) = cell.parse::<i64>() {
         Value::Int(i)
-    } else if let Ok(f) = cell.parse::<f64>() {
+    } else if let Some(f) = cell.parse::<f64>().ok().filter(|_| numeric) {
         Value::Float(f)
     } else if cell == "true" || cell == "false" {
         Value::Bool(cell == "true")
@@ -93,8 +95,8 @@ impl Graph {
     /// submitted for merging. Calls `progress` after each transaction.
     ///
     /// # Errors
-    /// [`Error::Parse`] with the line for a bad header, a short row or an edge naming a node
-    /// the node file does not have (what was stored before stays); engine errors.
+    /// [`Error::Parse`] with the line for a bad header, a short row, a node id given twice
+    /// or an edge naming a node the node file does not have (what was stored before stays); engine errors.
     pub fn load_csv(
         &self,
         nodes: impl Read,
@@ -121,6 +123,7 @@ impl Graph {
             ));
         }
         let mut batch: Vec<(String, String, Properties)> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
         let flush_nodes = |batch: &mut Vec<(String, String, Properties)>,
                            report: &mut LoadReport|
          -> Result<()> {
@@ -157,6 +160,12 @@ impl Graph {
                     props.insert(name.clone(), v);
                 }
             }
+            if !seen.insert(record[0].to_string()) {
+                return Err(parse_error(
+                    line,
+                    format!("node {:?} given twice", &record[0]),
+                ));
+            }
             batch.push((record[0].to_string(), record[1].to_string(), props));
             if batch.len() == ROWS_PER_TXN {
                 flush_nodes(&mut batch, &mut report)?;
@@ -167,6 +176,8 @@ impl Graph {
         }
         flush_nodes(&mut batch, &mut report)?;
         at.nodes = report.nodes;
+        at.bytes_read = bytes.load(std::sync::atomic::Ordering::Relaxed);
+        progress(&at);
 
         let mut reader = csv::ReaderBuilder::new().from_reader(Counted {
             inner: edges,

@@ -99,7 +99,7 @@ impl GraphRead<'_> {
         Ok(p.label.as_ref().is_none_or(|l| *l == node.label)
             && p.properties
                 .iter()
-                .all(|(n, v)| node.properties.get(n) == Some(v)))
+                .all(|(n, v)| node.properties.get(n).is_some_and(|have| have.same_as(v))))
     }
 
     /// Candidates for pattern node `p`, and how selective they are (lower is better).
@@ -137,7 +137,8 @@ impl GraphRead<'_> {
                 None => self.all_node_ids()?,
             },
         };
-        let mut out = Vec::new();
+        // Distinct matches only (parallel edges give the same chain twice).
+        let mut out = std::collections::BTreeSet::new();
         for id in candidates {
             if limit.is_some_and(|l| out.len() >= l) {
                 break;
@@ -183,12 +184,10 @@ impl GraphRead<'_> {
                 if limit.is_some_and(|l| out.len() >= l) {
                     break;
                 }
-                out.push(m);
+                out.insert(m);
             }
         }
-        out.sort();
-        out.dedup();
-        Ok(out)
+        Ok(out.into_iter().collect())
     }
 
     /// Every node id, ascending.

@@ -6,7 +6,7 @@
 //! trees front to back, in page order, instead of jumping (the posts' "locality"
 //! ordering; it pays when the graph is larger than memory).
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::graph::{Direction, GraphRead, Neighbour, Node};
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap, HashSet};
@@ -89,6 +89,14 @@ impl GraphRead<'_> {
         Ok(out)
     }
 
+    /// Fails with [`Error::NoSuchNode`] unless node `id` exists.
+    fn require(&self, id: u64) -> Result<()> {
+        match self.node_location(id)? {
+            Some(_) => Ok(()),
+            None => Err(Error::NoSuchNode(id)),
+        }
+    }
+
     fn admits(&self, id: u64, t: &Traversal<'_>) -> Result<bool> {
         match t.node_filter {
             None => Ok(true),
@@ -135,6 +143,7 @@ impl GraphRead<'_> {
     /// # Errors
     /// Engine and corruption errors.
     pub fn bfs(&self, start: u64, t: &Traversal<'_>) -> Result<Vec<(u64, u32)>> {
+        self.require(start)?;
         let mut out = vec![(start, 0)];
         self.levels(start, t, &mut |depth, _, id| {
             out.push((id, depth));
@@ -146,11 +155,16 @@ impl GraphRead<'_> {
     }
 
     /// Depth-first from `start` (neighbours in the order [`GraphRead::neighbours`] gives):
-    /// each reached node with the depth it was reached at, in visiting order.
+    /// each reached node with its depth in the walk, in visiting order. Each node is
+    /// visited once, where the walk first reaches it, so with a depth limit a node first
+    /// reached at the limit along a long branch is not expanded again from a shorter one:
+    /// the walk may miss nodes within that distance of the start. For every node within a
+    /// distance, use [`GraphRead::bfs`] or [`GraphRead::k_hop`].
     ///
     /// # Errors
     /// Engine and corruption errors.
     pub fn dfs(&self, start: u64, t: &Traversal<'_>) -> Result<Vec<(u64, u32)>> {
+        self.require(start)?;
         let mut seen = HashSet::new();
         let mut out = Vec::new();
         let mut stack = vec![(start, 0u32)];
@@ -199,6 +213,8 @@ impl GraphRead<'_> {
     /// # Errors
     /// Engine and corruption errors.
     pub fn shortest_path(&self, from: u64, to: u64, t: &Traversal<'_>) -> Result<Option<Vec<u64>>> {
+        self.require(from)?;
+        self.require(to)?;
         if from == to {
             return Ok(Some(vec![from]));
         }
@@ -220,7 +236,8 @@ impl GraphRead<'_> {
 
     /// A lightest path from `from` to `to` and its weight, the weight of an edge being its
     /// numeric property `weight_property` (edges without one weigh 1; negative weights
-    /// are taken as 0). Dijkstra's algorithm.
+    /// are taken as 0). Dijkstra's algorithm; with a depth limit, over (node, hops) states,
+    /// so the path is the lightest among those within the limit.
     ///
     /// # Errors
     /// Engine and corruption errors.
@@ -232,7 +249,7 @@ impl GraphRead<'_> {
         t: &Traversal<'_>,
     ) -> Result<Option<(Vec<u64>, f64)>> {
         #[derive(PartialEq)]
-        struct Entry(f64, u64);
+        struct Entry(f64, u64, u32);
         impl Eq for Entry {}
         impl PartialOrd for Entry {
             fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
@@ -248,24 +265,36 @@ impl GraphRead<'_> {
                     .then_with(|| other.1.cmp(&self.1))
             }
         }
-        let mut dist: HashMap<u64, f64> = HashMap::from([(from, 0.0)]);
-        let mut parent: HashMap<u64, u64> = HashMap::new();
+        self.require(from)?;
+        self.require(to)?;
+        // With a depth limit the state is (node, hops so far), so a lighter path with too
+        // many hops does not hide a heavier one within the limit; without one, hops are
+        // not tracked (always 0).
+        let limited = t.max_depth.is_some();
+        let mut dist: HashMap<(u64, u32), f64> = HashMap::from([((from, 0), 0.0)]);
+        let mut parent: HashMap<(u64, u32), (u64, u32)> = HashMap::new();
         let mut done = HashSet::new();
-        let mut heap = BinaryHeap::from([Entry(0.0, from)]);
-        while let Some(Entry(d, id)) = heap.pop() {
-            if !done.insert(id) {
+        let mut heap = BinaryHeap::from([Entry(0.0, from, 0)]);
+        while let Some(Entry(d, id, hops)) = heap.pop() {
+            if !done.insert((id, hops)) {
                 continue;
             }
             if id == to {
                 let mut path = vec![to];
-                while let Some(&p) = parent.get(path.last().unwrap_or(&from)) {
-                    path.push(p);
+                let mut at = (id, hops);
+                while let Some(&p) = parent.get(&at) {
+                    path.push(p.0);
+                    at = p;
                 }
                 path.reverse();
                 return Ok(Some((path, d)));
             }
+            if t.max_depth.is_some_and(|m| hops >= m) {
+                continue;
+            }
+            let next_hops = if limited { hops + 1 } else { 0 };
             for n in self.steps(id, t)? {
-                if done.contains(&n.node) || !self.admits(n.node, t)? {
+                if done.contains(&(n.node, next_hops)) || !self.admits(n.node, t)? {
                     continue;
                 }
                 let w = self
@@ -274,10 +303,11 @@ impl GraphRead<'_> {
                     .unwrap_or(1.0)
                     .max(0.0);
                 let nd = d + w;
-                if dist.get(&n.node).is_none_or(|&old| nd < old) {
-                    dist.insert(n.node, nd);
-                    parent.insert(n.node, id);
-                    heap.push(Entry(nd, n.node));
+                let state = (n.node, next_hops);
+                if dist.get(&state).is_none_or(|&old| nd < old) {
+                    dist.insert(state, nd);
+                    parent.insert(state, (id, hops));
+                    heap.push(Entry(nd, n.node, next_hops));
                 }
             }
         }

@@ -43,7 +43,8 @@ impl Value {
             }
             Value::Float(f) => {
                 out.push(3);
-                let bits = f.to_bits();
+                // -0.0 and 0.0 are one value here, as `==` says.
+                let bits = if *f == 0.0 { 0 } else { f.to_bits() };
                 let ordered = if bits >> 63 == 1 {
                     !bits
                 } else {
@@ -61,6 +62,15 @@ impl Value {
             }
         }
         out
+    }
+}
+
+impl Value {
+    /// Whether two values are the same for lookups (property indexes, patterns,
+    /// [`crate::GraphRead::find_nodes`]): equal index bytes, so `-0.0` matches `0.0`, a NaN
+    /// matches the same NaN, and an `Int` never matches a `Float`.
+    pub fn same_as(&self, other: &Value) -> bool {
+        self.index_bytes() == other.index_bytes()
     }
 }
 

@@ -1,0 +1,331 @@
+//! CSV bulk load: every kind of cell (quoted commas, quotes and line breaks, integers,
+//! floats, booleans, text, empty cells), the graph it leaves (labels, the `_id` property,
+//! properties, adjacency), the progress callback, and parse errors with their line numbers.
+
+use hrafn::{Durability, Options};
+use hrafn_graph::load::EXTERNAL_ID_PROPERTY;
+use hrafn_graph::{Direction, Error, Graph, LoadProgress, LoadReport, Properties, Value};
+
+fn open() -> (tempfile::TempDir, Graph) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let g = Graph::open(dir.path(), Options::default().durability(Durability::None)).expect("open");
+    (dir, g)
+}
+
+fn load(
+    g: &Graph,
+    nodes: &str,
+    edges: &str,
+) -> (hrafn_graph::Result<LoadReport>, Vec<LoadProgress>) {
+    let mut calls = Vec::new();
+    let r = g.load_csv(nodes.as_bytes(), edges.as_bytes(), &mut |p| calls.push(*p));
+    (r, calls)
+}
+
+fn props(pairs: &[(&str, Value)]) -> Properties {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect()
+}
+
+const NODES: &str = "id,label,name,age,score,active,note
+p1,Person,\"Smith, Ann\",36,1.5,true,
+p2,Person,Bob,-4,2e3,false,\"says \"\"hi\"\"\"
+c1,City,\"Oslo
+Norway\",,,,x
+007,Thing,,0,-0.25,TRUE,12abc
+";
+
+const EDGES: &str = "src,dst,type,since,weight,note
+p1,p2,KNOWS,2010,0.5,
+p2,p1,KNOWS,,,\"a, b\"
+p1,c1,LIVES_IN,2001,,
+p1,p1,SELF,,,
+p1,p2,KNOWS,2011,,
+007,c1,IN,,-1,\"\"
+";
+
+#[test]
+fn loads_nodes_and_edges_with_every_kind_of_cell() {
+    let (_dir, g) = open();
+    let (r, calls) = load(&g, NODES, EDGES);
+    let report = r.expect("load");
+    assert_eq!((report.nodes, report.edges), (4, 6));
+    assert_eq!(report.ids.len(), 4);
+    let id = |ext: &str| report.ids[ext];
+    let text = |s: &str| Value::Text(s.to_string());
+    g.read(|r| {
+        assert_eq!(r.node_count(), 4);
+        assert_eq!(r.edge_count(), 6);
+        let want = [
+            (
+                "p1",
+                "Person",
+                props(&[
+                    ("name", text("Smith, Ann")),
+                    ("age", Value::Int(36)),
+                    ("score", Value::Float(1.5)),
+                    ("active", Value::Bool(true)),
+                ]),
+            ),
+            (
+                "p2",
+                "Person",
+                props(&[
+                    ("name", text("Bob")),
+                    ("age", Value::Int(-4)),
+                    ("score", Value::Float(2000.0)),
+                    ("active", Value::Bool(false)),
+                    ("note", text("says \"hi\"")),
+                ]),
+            ),
+            (
+                "c1",
+                "City",
+                props(&[("name", text("Oslo\nNorway")), ("note", text("x"))]),
+            ),
+            (
+                "007",
+                "Thing",
+                props(&[
+                    ("age", Value::Int(0)),
+                    ("score", Value::Float(-0.25)),
+                    // Only `true` and `false` are booleans.
+                    ("active", text("TRUE")),
+                    ("note", text("12abc")),
+                ]),
+            ),
+        ];
+        for (ext, label, mut p) in want {
+            // The file's id is kept as text, even when it reads as a number.
+            p.insert(EXTERNAL_ID_PROPERTY.to_string(), text(ext));
+            let node = r.node(id(ext))?.expect("loaded node");
+            assert_eq!(node.label, label, "{ext}");
+            assert_eq!(node.properties, p, "{ext}");
+            assert_eq!(
+                r.find_nodes(label, EXTERNAL_ID_PROPERTY, &text(ext))?,
+                vec![id(ext)]
+            );
+        }
+        assert_eq!(r.nodes_with_label("Person")?, {
+            let mut v = vec![id("p1"), id("p2")];
+            v.sort_unstable();
+            v
+        });
+        // Adjacency: parallel edges, a self-loop, types.
+        let knows: Vec<u64> = r
+            .neighbours(id("p1"), Direction::Out, Some("KNOWS"))?
+            .iter()
+            .map(|n| n.node)
+            .collect();
+        assert_eq!(knows, vec![id("p2"), id("p2")]);
+        assert_eq!(r.degree(id("p1"), Direction::Out, None)?, 4);
+        assert_eq!(r.degree(id("p1"), Direction::In, None)?, 2);
+        assert_eq!(r.degree(id("p1"), Direction::Both, Some("SELF"))?, 2);
+        assert_eq!(r.degree(id("c1"), Direction::In, None)?, 2);
+        assert_eq!(r.degree(id("c1"), Direction::Out, None)?, 0);
+        // Edge properties, empty cells setting nothing.
+        let mut edge_props = Vec::new();
+        for n in r.neighbours(id("p1"), Direction::Both, None)? {
+            let e = r.edge(n.edge)?.expect("edge");
+            edge_props.push((e.edge_type, e.source, e.destination, e.properties));
+        }
+        edge_props.sort_by(|a, b| format!("{a:?}").cmp(&format!("{b:?}")));
+        edge_props.dedup();
+        let mut want = vec![
+            (
+                "KNOWS".to_string(),
+                id("p1"),
+                id("p2"),
+                props(&[("since", Value::Int(2010)), ("weight", Value::Float(0.5))]),
+            ),
+            (
+                "KNOWS".to_string(),
+                id("p2"),
+                id("p1"),
+                props(&[("note", text("a, b"))]),
+            ),
+            (
+                "LIVES_IN".to_string(),
+                id("p1"),
+                id("c1"),
+                props(&[("since", Value::Int(2001))]),
+            ),
+            ("SELF".to_string(), id("p1"), id("p1"), Properties::new()),
+            (
+                "KNOWS".to_string(),
+                id("p1"),
+                id("p2"),
+                props(&[("since", Value::Int(2011))]),
+            ),
+        ];
+        want.sort_by(|a, b| format!("{a:?}").cmp(&format!("{b:?}")));
+        assert_eq!(edge_props, want);
+        let thing = r.neighbours(id("007"), Direction::Out, None)?;
+        assert_eq!(thing.len(), 1);
+        let e = r.edge(thing[0].edge)?.expect("edge");
+        assert_eq!((e.edge_type.as_str(), e.destination), ("IN", id("c1")));
+        assert_eq!(e.properties, props(&[("weight", Value::Int(-1))]));
+        Ok(())
+    })
+    .expect("read");
+    assert!(g.check().expect("check").is_ok());
+    // Progress: called, and the last call tells the whole load.
+    let last = calls.last().expect("progress called");
+    assert_eq!((last.nodes, last.edges), (4, 6));
+    assert_eq!(last.bytes_read, (NODES.len() + EDGES.len()) as u64);
+}
+
+#[test]
+fn progress_is_reported_after_each_transaction() {
+    let (_dir, g) = open();
+    let n = 45_000;
+    let mut nodes = String::from("id,label,k\n");
+    for i in 0..n {
+        nodes.push_str(&format!("n{i},L,{}\n", i % 7));
+    }
+    let mut edges = String::from("src,dst,type\n");
+    for i in 0..n - 3_000 {
+        edges.push_str(&format!("n{i},n{},T\n", (i * 31 + 1) % n));
+    }
+    let (r, calls) = load(&g, &nodes, &edges);
+    let report = r.expect("load");
+    assert_eq!(report.nodes, n as u64);
+    assert_eq!(report.edges, (n - 3_000) as u64);
+    // 20,000 rows a transaction: two full node batches, two full edge batches, the end.
+    assert!(calls.len() >= 5, "{calls:?}");
+    let node_steps: Vec<u64> = calls.iter().map(|c| c.nodes).collect();
+    assert!(
+        node_steps.contains(&20_000) && node_steps.contains(&40_000),
+        "{calls:?}"
+    );
+    let edge_steps: Vec<u64> = calls.iter().map(|c| c.edges).collect();
+    assert!(
+        edge_steps.contains(&20_000) && edge_steps.contains(&40_000),
+        "{calls:?}"
+    );
+    for w in calls.windows(2) {
+        assert!(
+            w[0].nodes <= w[1].nodes
+                && w[0].edges <= w[1].edges
+                && w[0].bytes_read <= w[1].bytes_read,
+            "{calls:?}"
+        );
+    }
+    let last = calls.last().expect("calls");
+    assert_eq!((last.nodes, last.edges), (report.nodes, report.edges));
+    assert_eq!(last.bytes_read, (nodes.len() + edges.len()) as u64);
+    g.read(|r| {
+        assert_eq!(r.node_count(), n as u64);
+        assert_eq!(r.edge_count(), (n - 3_000) as u64);
+        let some = report.ids["n1234"];
+        let out = r.neighbours(some, Direction::Out, Some("T"))?;
+        assert_eq!(out.len(), 1);
+        assert_eq!(
+            out[0].node,
+            report.ids[&format!("n{}", (1234 * 31 + 1) % n)]
+        );
+        Ok(())
+    })
+    .expect("read");
+}
+
+fn parse_line(r: hrafn_graph::Result<LoadReport>) -> (usize, String) {
+    match r {
+        Err(Error::Parse { line, message }) => (line, message),
+        other => panic!("expected a parse error, got {other:?}"),
+    }
+}
+
+fn counts(g: &Graph) -> (u64, u64) {
+    g.read(|r| Ok((r.node_count(), r.edge_count())))
+        .expect("read")
+}
+
+#[test]
+fn a_bad_header_is_refused_at_line_1() {
+    let edges = "src,dst,type\n";
+    for header in ["ident,label\na,P\n", "id\na\n", "label,id\nP,a\n", ""] {
+        let (_dir, g) = open();
+        let (line, _) = parse_line(load(&g, header, edges).0);
+        assert_eq!(line, 1, "{header:?}");
+        assert_eq!(counts(&g), (0, 0));
+    }
+    for header in ["from,to,type\na,b,T\n", "src,dst\n", "src,type,dst\n"] {
+        let (_dir, g) = open();
+        let (line, message) = parse_line(load(&g, "id,label\na,P\nb,P\n", header).0);
+        assert_eq!(line, 1, "{header:?}");
+        assert!(message.contains("src,dst,type"), "{message}");
+        // The nodes were stored before the edge file was read.
+        assert_eq!(counts(&g), (2, 0));
+    }
+}
+
+#[test]
+fn a_short_row_is_refused_with_its_line() {
+    // Line 5: a quoted line break makes the second row take two lines.
+    let nodes = "id,label,name\na,P,x\nb,P,\"two\nlines\"\nc,P\nd,P,y\n";
+    let (_dir, g) = open();
+    let (line, _) = parse_line(load(&g, nodes, "src,dst,type\n").0);
+    assert_eq!(line, 5);
+    let (_dir, g) = open();
+    let nodes = "id,label\na,P\nb,P\n";
+    let edges = "src,dst,type\na,b,T\nb,a\n";
+    let (line, _) = parse_line(load(&g, nodes, edges).0);
+    assert_eq!(line, 3);
+    assert_eq!(counts(&g).0, 2);
+    assert!(g.check().expect("check").is_ok());
+}
+
+#[test]
+fn an_edge_to_an_unknown_node_is_refused_with_its_line() {
+    let (_dir, g) = open();
+    let nodes = "id,label\na,P\nb,P\n";
+    let edges = "src,dst,type,w\na,b,T,1\nb,a,T,\"x,\ny\"\nb,zz,T,2\n";
+    let (line, message) = parse_line(load(&g, nodes, edges).0);
+    assert_eq!(line, 5);
+    assert!(message.contains("zz"), "{message}");
+    let (_dir, g) = open();
+    let (line, message) = parse_line(load(&g, nodes, "src,dst,type\nnope,a,T\n").0);
+    assert_eq!(line, 2);
+    assert!(message.contains("nope"), "{message}");
+    // The nodes stay; the graph is sound.
+    assert_eq!(counts(&g).0, 2);
+    assert!(g.check().expect("check").is_ok());
+}
+
+/// "Calls `progress` after each transaction": a load of one node transaction and one edge
+/// transaction is two transactions, but the call after the last node transaction is
+/// missing (only full 20,000-row batches and the very end report).
+#[test]
+fn progress_is_called_after_every_transaction() {
+    let (_dir, g) = open();
+    let (r, calls) = load(&g, NODES, EDGES);
+    r.expect("load");
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    assert_eq!((calls[0].nodes, calls[0].edges), (4, 0), "{calls:?}");
+}
+
+/// A cell is "an integer, a float, `true`/`false`, or else text", but Rust's float parser
+/// also takes `NaN`, `inf` and `infinity` in any case, so names such as "Nan" or "Inf"
+/// load as floats (and `NaN` never equals itself, so `find_nodes` cannot find them).
+#[test]
+fn words_that_spell_float_specials_stay_text() {
+    let (_dir, g) = open();
+    let nodes = "id,label,name\na,P,Nan\nb,P,Infinity\nc,P,inf\n";
+    let (r, _) = load(&g, nodes, "src,dst,type\n");
+    let report = r.expect("load");
+    g.read(|r| {
+        for (ext, name) in [("a", "Nan"), ("b", "Infinity"), ("c", "inf")] {
+            let node = r.node(report.ids[ext])?.expect("node");
+            assert_eq!(
+                node.properties.get("name"),
+                Some(&Value::from(name)),
+                "{ext}"
+            );
+        }
+        Ok(())
+    })
+    .expect("read");
+}
