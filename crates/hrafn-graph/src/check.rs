@@ -1,7 +1,10 @@
 //! The integrity check: adjacency agrees with edge records, no edge dangles.
 
 use crate::error::Result;
-use crate::graph::{Graph, GraphRead, split_adjacency_value, text_field, u64_field};
+use crate::graph::{
+    Graph, GraphRead, META_INDEX_PREFIX, prop_key_prefix, split_adjacency_value, text_field,
+    u64_field,
+};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// What [`Graph::check`] found.
@@ -35,7 +38,8 @@ impl Graph {
 /// Checks the engine's pages (as [`hrafn::ReadTxn::check`]), then that every edge
 /// joins two existing nodes and appears exactly once in `g.out` (under its source) and
 /// in `g.in` (under its destination), and that adjacency holds nothing else; that stable
-/// ids translate to the records that carry them. Works on any snapshot, read-only
+/// ids translate to the records that carry them; that each property index holds exactly
+/// the entries its label's nodes give. Works on any snapshot, read-only
 /// environments included.
 ///
 /// # Errors
@@ -48,9 +52,13 @@ pub fn check(rtx: &hrafn::ReadTxn<'_>) -> Result<GraphCheckReport> {
     }
     let view = GraphRead::open_on(rtx)?;
     let mut nodes = BTreeSet::new();
+    // (id, label, properties) of every node, for the property indexes.
+    let mut contents = Vec::new();
     for item in view.nodes.scan()? {
         let (record, rec) = item?;
         let id = u64_field(rec.field(0))?;
+        let props = crate::value::decode(rec.field(2).unwrap_or_default())?;
+        contents.push((id, text_field(rec.field(1))?, props));
         if view.node_location(id)? != Some(record) {
             r.problems.push(format!(
                 "node {id}: its id does not translate to record {record}"
@@ -62,6 +70,44 @@ pub fn check(rtx: &hrafn::ReadTxn<'_>) -> Result<GraphCheckReport> {
         }
     }
     r.nodes = nodes.len() as u64;
+    // Property indexes: exactly one entry per indexed (label, property) a node has.
+    let mut indexed = Vec::new();
+    for item in view.meta.prefix(META_INDEX_PREFIX)? {
+        let (k, _) = item?;
+        let pair = std::str::from_utf8(&k[META_INDEX_PREFIX.len()..])
+            .ok()
+            .and_then(|p| p.split_once('\0'))
+            .map(|(l, p)| (l.to_string(), p.to_string()));
+        match pair {
+            Some(pair) => indexed.push(pair),
+            None => r
+                .problems
+                .push("a property index with an unreadable name".into()),
+        }
+    }
+    let mut want = BTreeSet::new();
+    for (id, label, props) in &contents {
+        for (l, p) in &indexed {
+            if l == label
+                && let Some(v) = props.get(p)
+            {
+                let mut k = prop_key_prefix(l, p, v);
+                k.extend_from_slice(&id.to_be_bytes());
+                want.insert(k);
+            }
+        }
+    }
+    let mut have = BTreeSet::new();
+    for item in view.props.iter()? {
+        have.insert(item?.0.to_vec());
+    }
+    if want != have {
+        r.problems.push(format!(
+            "property indexes: {} entries missing, {} entries no node gives",
+            want.difference(&have).count(),
+            have.difference(&want).count()
+        ));
+    }
     // (node, type, other, edge) as the edge records say they should be.
     let mut want_out = BTreeSet::new();
     let mut want_in = BTreeSet::new();

@@ -28,7 +28,7 @@ pub(crate) const META: &str = "g.meta";
 const META_NEXT_NODE: &[u8] = b"next_node_id";
 const META_NEXT_EDGE: &[u8] = b"next_edge_id";
 const META_LAYOUT: &[u8] = b"layout_version";
-const META_INDEX_PREFIX: &[u8] = b"index\0";
+pub(crate) const META_INDEX_PREFIX: &[u8] = b"index\0";
 /// The layout this code reads and writes.
 pub const LAYOUT_VERSION: u32 = 1;
 /// The fixed index that translates stable ids to table ids.

@@ -939,3 +939,45 @@ fn long_values_of_an_indexed_property_are_stored_and_found() {
         .expect("find");
     assert_eq!(found, vec![before]);
 }
+
+/// The check compares each property index with the nodes of its label.
+#[test]
+fn the_check_catches_a_property_index_that_disagrees() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let graph = hrafn_graph::Graph::open(dir.path(), hrafn::Options::default()).expect("open");
+    graph
+        .write(|g| {
+            g.create_property_index("Person", "name")?;
+            for name in ["Ada", "Bob"] {
+                let props = hrafn_graph::Properties::from([(
+                    "name".into(),
+                    hrafn_graph::Value::from(name),
+                )]);
+                g.add_node("Person", &props)?;
+            }
+            Ok(())
+        })
+        .expect("write");
+    assert!(graph.check().expect("check").is_ok());
+    let mut wtx = graph.environment().begin_write().expect("write");
+    {
+        let mut props = wtx.open_tree("g.props").expect("tree");
+        let first = props
+            .iter()
+            .expect("iter")
+            .next()
+            .expect("an entry")
+            .expect("read")
+            .0
+            .to_vec();
+        assert!(props.remove(first).expect("remove"));
+    }
+    wtx.commit().expect("commit");
+    let report = graph.check().expect("check");
+    assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
+    assert!(
+        report.problems[0].contains("1 entries missing"),
+        "{:?}",
+        report.problems
+    );
+}
