@@ -5,6 +5,8 @@
 //! result line on stdout, and exits. The parent collects the lines and prints the tables.
 
 mod engines;
+#[cfg(feature = "hrafn")]
+mod graph;
 mod journal;
 mod plot;
 mod report;
@@ -111,6 +113,39 @@ enum Cmd {
         #[arg(long)]
         tmpdir: Option<PathBuf>,
     },
+    /// The graph store against plain adjacency layouts (one Hrafn B+tree, LMDB) on a
+    /// generated power-law graph: durable bulk load, 1-hop and 2-hop latency, BFS to depth
+    /// 3, shortest paths. The default is 1M nodes and 10M edges; `--nodes 100000 --edges
+    /// 1000000` is a quick run.
+    #[cfg(feature = "hrafn")]
+    Graph {
+        /// Nodes.
+        #[arg(long, default_value_t = 1_000_000)]
+        nodes: usize,
+        /// Edges.
+        #[arg(long, default_value_t = 10_000_000)]
+        edges: usize,
+        /// Then walk the graph store from disk: in a scope with this memory limit where
+        /// `systemd-run --user --scope` works, else with the page cache dropped before each
+        /// walk (see the module docs of `graph.rs`).
+        #[arg(long)]
+        memory_limit_mib: Option<u64>,
+        /// Where to make the temporary directories (default: the system's).
+        #[arg(long)]
+        tmpdir: Option<PathBuf>,
+    },
+    /// The memory-limited walks of `graph --memory-limit-mib` on an existing graph (run by
+    /// `graph` inside the limited scope).
+    #[cfg(feature = "hrafn")]
+    #[command(hide = true)]
+    GraphCold {
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(long)]
+        nodes: usize,
+        #[arg(long)]
+        memory_limit_mib: u64,
+    },
 }
 
 fn main() -> Result<()> {
@@ -138,6 +173,22 @@ fn main() -> Result<()> {
             let dir = temp_dir_in(tmpdir.as_deref())?;
             timeseries::run(*series, *scrapes, dir.path())
         }
+        #[cfg(feature = "hrafn")]
+        Some(Cmd::Graph {
+            nodes,
+            edges,
+            memory_limit_mib,
+            tmpdir,
+        }) => {
+            let dir = temp_dir_in(tmpdir.as_deref())?;
+            graph::run(*nodes, *edges, *memory_limit_mib, dir.path())
+        }
+        #[cfg(feature = "hrafn")]
+        Some(Cmd::GraphCold {
+            dir,
+            nodes,
+            memory_limit_mib,
+        }) => graph::cold(dir, *nodes, graph::Cold::UnderLimit(*memory_limit_mib)),
         None => run_all(&cli),
     }
 }

@@ -203,10 +203,11 @@ impl Graph {
             let rows = Arc::new(std::mem::take(batch));
             let shared = Arc::clone(&rows);
             self.submit(move |g| {
-                for (src, dst, t, props) in shared.iter() {
-                    g.add_edge(*src, *dst, t, props)?;
-                }
-                Ok(())
+                let edges: Vec<(u64, u64, &str, &Properties)> = shared
+                    .iter()
+                    .map(|(s, d, t, p)| (*s, *d, t.as_str(), p))
+                    .collect();
+                g.add_edges(&edges).map(|_| ())
             })?;
             Ok(rows.len() as u64)
         };

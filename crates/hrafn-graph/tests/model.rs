@@ -981,3 +981,50 @@ fn the_check_catches_a_property_index_that_disagrees() {
         report.problems
     );
 }
+
+/// `add_edges` stores what `add_edge` one by one would, and refuses a missing end.
+#[test]
+fn add_edges_matches_add_edge() {
+    use hrafn_graph::{Direction, Properties, Value};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let graph = hrafn_graph::Graph::open(dir.path(), hrafn::Options::default()).expect("open");
+    let heavy = Properties::from([("w".into(), Value::Float(2.5))]);
+    let none = Properties::new();
+    let (a, b, c, ids) = graph
+        .write(|g| {
+            let (a, b, c) = (
+                g.add_node("N", &none)?,
+                g.add_node("N", &none)?,
+                g.add_node("N", &none)?,
+            );
+            let ids = g.add_edges(&[
+                (a, b, "X", &heavy),
+                (a, c, "Y", &none),
+                (b, b, "X", &none),
+                (a, b, "X", &none),
+            ])?;
+            Ok((a, b, c, ids))
+        })
+        .expect("write");
+    assert_eq!(ids.len(), 4);
+    assert!(ids.windows(2).all(|w| w[0] < w[1]));
+    graph
+        .read(|r| {
+            assert_eq!(
+                r.edge(ids[0])?
+                    .map(|e| (e.source, e.destination, e.edge_type, e.properties)),
+                Some((a, b, "X".to_string(), heavy.clone()))
+            );
+            assert_eq!(r.degree(a, Direction::Out, None)?, 3);
+            assert_eq!(r.degree(b, Direction::In, Some("X"))?, 3);
+            assert_eq!(r.degree(c, Direction::In, None)?, 1);
+            Ok(())
+        })
+        .expect("read");
+    let missing = graph.write(|g| g.add_edges(&[(a, 9_999, "X", &none)]));
+    assert!(
+        matches!(missing, Err(hrafn_graph::Error::NoSuchNode(9_999))),
+        "{missing:?}"
+    );
+    assert!(graph.check().expect("check").is_ok());
+}
