@@ -1,16 +1,11 @@
 //! `hrafn ts` against real stores: ingest, query, export round trips, labels, compaction,
 //! retention, and how bad input fails.
 
-use std::io::Write;
-use std::path::Path;
-use std::process::{Command, Output, Stdio};
+mod common;
+use common::{hrafn, ok, path, stderr, stdout};
 
-fn hrafn(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hrafn"))
-        .args(args)
-        .output()
-        .expect("run hrafn")
-}
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
 
 /// Runs hrafn with `input` on standard input.
 fn hrafn_with_input(args: &[&str], input: &str) -> Output {
@@ -26,25 +21,6 @@ fn hrafn_with_input(args: &[&str], input: &str) -> Output {
         stdin.write_all(input.as_bytes()).expect("feed stdin");
     }
     child.wait_with_output().expect("wait for hrafn")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8(o.stdout.clone()).expect("utf-8 output")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn path(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
-}
-
-/// Runs a command that must succeed and returns its standard output.
-fn ok(args: &[&str]) -> String {
-    let o = hrafn(args);
-    assert!(o.status.success(), "{args:?}: {}", stderr(&o));
-    stdout(&o)
 }
 
 /// A failure must be a message, not a crash.

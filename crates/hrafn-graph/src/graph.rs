@@ -364,31 +364,9 @@ impl<'env> GraphWriter<'_, 'env> {
         edge_type: &str,
         properties: &Properties,
     ) -> Result<u64> {
-        check_name(edge_type)?;
-        for end in [source, destination] {
-            let nodes = self.wtx.open_table(NODES, &node_schema())?;
-            if nodes.index_ids(BY_ID, &end.to_be_bytes())?.is_empty() {
-                return Err(Error::NoSuchNode(end));
-            }
-        }
-        let props = encode(properties)?;
-        let id = next_id(self.wtx, META_NEXT_EDGE)?;
-        self.wtx.open_table(EDGES, &edge_schema())?.insert(&[
-            &id.to_be_bytes(),
-            edge_type.as_bytes(),
-            &source.to_be_bytes(),
-            &destination.to_be_bytes(),
-            &props,
-        ])?;
-        self.wtx.open_multi_tree(OUT)?.add(
-            adjacency_key(source, edge_type),
-            adjacency_value(destination, id),
-        )?;
-        self.wtx.open_multi_tree(IN)?.add(
-            adjacency_key(destination, edge_type),
-            adjacency_value(source, id),
-        )?;
-        Ok(id)
+        self.add_edges(&[(source, destination, edge_type, properties)])?
+            .pop()
+            .ok_or_else(|| Error::Corrupt("an edge added without an id".into()))
     }
 
     /// Adds many edges `(source, destination, type, properties)`. Returns their ids, in
@@ -401,6 +379,12 @@ impl<'env> GraphWriter<'_, 'env> {
     pub fn add_edges(&mut self, edges: &[(u64, u64, &str, &Properties)]) -> Result<Vec<u64>> {
         if edges.is_empty() {
             return Ok(Vec::new());
+        }
+        // Everything that can be refused is checked before anything is written.
+        let mut encoded = Vec::with_capacity(edges.len());
+        for &(_, _, edge_type, props) in edges {
+            check_name(edge_type)?;
+            encoded.push(encode(props)?);
         }
         let mut ends: Vec<u64> = edges.iter().flat_map(|e| [e.0, e.1]).collect();
         ends.sort_unstable();
@@ -425,14 +409,13 @@ impl<'env> GraphWriter<'_, 'env> {
         let ids: Vec<u64> = (first..first + edges.len() as u64).collect();
         {
             let mut table = self.wtx.open_table(EDGES, &edge_schema())?;
-            for (&(src, dst, edge_type, props), id) in edges.iter().zip(&ids) {
-                check_name(edge_type)?;
+            for ((&(src, dst, edge_type, _), id), props) in edges.iter().zip(&ids).zip(&encoded) {
                 table.insert(&[
                     &id.to_be_bytes(),
                     edge_type.as_bytes(),
                     &src.to_be_bytes(),
                     &dst.to_be_bytes(),
-                    &encode(props)?,
+                    props,
                 ])?;
             }
         }

@@ -90,6 +90,36 @@ impl<R: Read> Read for Counted<R> {
     }
 }
 
+/// A CSV reader over `input` counting into `bytes`, and its header, which must start with
+/// `expected` (else an error naming the `what` file).
+fn open_csv<R: Read>(
+    input: R,
+    bytes: &Arc<std::sync::atomic::AtomicU64>,
+    expected: &[&str],
+    what: &str,
+) -> Result<(csv::Reader<Counted<R>>, Vec<String>)> {
+    let mut reader = csv::ReaderBuilder::new().from_reader(Counted {
+        inner: input,
+        bytes: Arc::clone(bytes),
+    });
+    let header: Vec<String> = reader
+        .headers()
+        .map_err(csv_error)?
+        .iter()
+        .map(str::to_string)
+        .collect();
+    if header.len() < expected.len() || header.iter().zip(expected).any(|(h, e)| h != e) {
+        return Err(parse_error(
+            1,
+            format!(
+                "the {what} file's header must start with {}",
+                expected.join(",")
+            ),
+        ));
+    }
+    Ok((reader, header))
+}
+
 impl Graph {
     /// Loads nodes, then edges, from CSV (layouts above), in transactions of 20,000 rows
     /// submitted for merging. Calls `progress` after each transaction.
@@ -106,22 +136,7 @@ impl Graph {
         let bytes = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let mut report = LoadReport::default();
         let mut at = LoadProgress::default();
-        let mut reader = csv::ReaderBuilder::new().from_reader(Counted {
-            inner: nodes,
-            bytes: Arc::clone(&bytes),
-        });
-        let header: Vec<String> = reader
-            .headers()
-            .map_err(csv_error)?
-            .iter()
-            .map(str::to_string)
-            .collect();
-        if header.len() < 2 || header[0] != "id" || header[1] != "label" {
-            return Err(parse_error(
-                1,
-                "the node file's header must start with id,label",
-            ));
-        }
+        let (mut reader, header) = open_csv(nodes, &bytes, &["id", "label"], "node")?;
         let mut batch: Vec<(String, String, Properties)> = Vec::new();
         let mut seen = std::collections::HashSet::new();
         let flush_nodes = |batch: &mut Vec<(String, String, Properties)>,
@@ -179,22 +194,7 @@ impl Graph {
         at.bytes_read = bytes.load(std::sync::atomic::Ordering::Relaxed);
         progress(&at);
 
-        let mut reader = csv::ReaderBuilder::new().from_reader(Counted {
-            inner: edges,
-            bytes: Arc::clone(&bytes),
-        });
-        let header: Vec<String> = reader
-            .headers()
-            .map_err(csv_error)?
-            .iter()
-            .map(str::to_string)
-            .collect();
-        if header.len() < 3 || header[0] != "src" || header[1] != "dst" || header[2] != "type" {
-            return Err(parse_error(
-                1,
-                "the edge file's header must start with src,dst,type",
-            ));
-        }
+        let (mut reader, header) = open_csv(edges, &bytes, &["src", "dst", "type"], "edge")?;
         let mut batch: Vec<(u64, u64, String, Properties)> = Vec::new();
         let flush_edges = |batch: &mut Vec<(u64, u64, String, Properties)>| -> Result<u64> {
             if batch.is_empty() {
