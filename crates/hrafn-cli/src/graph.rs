@@ -13,8 +13,8 @@ use clap::{Subcommand, ValueEnum};
 use hrafn::{Environment, Options};
 use hrafn_graph::load::EXTERNAL_ID_PROPERTY;
 use hrafn_graph::{
-    Direction, Edge, Error as GraphError, Graph, GraphRead, LAYOUT_VERSION, LoadProgress, Node,
-    Properties, Traversal, Value,
+    Direction, Edge, Error as GraphError, Graph, GraphRead, LoadProgress, Node, Properties,
+    Traversal, Value,
 };
 use std::cell::Cell;
 use std::fmt::Display;
@@ -22,11 +22,6 @@ use std::fs::File;
 use std::io::{BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-
-/// The tree every graph has and its key holding the layout version, as `hrafn-graph` names
-/// them: how a reading command tells a graph from another environment without making one.
-const META_TREE: &str = "g.meta";
-const META_LAYOUT_KEY: &[u8] = b"layout_version";
 
 #[derive(Subcommand)]
 pub(crate) enum GraphCommand {
@@ -252,7 +247,10 @@ fn graph_fail(e: GraphError, context: impl Display) -> Failure {
         e => e,
     };
     let code = match &e {
-        GraphError::NoSuchNode(_) | GraphError::NoSuchEdge(_) | GraphError::Corrupt(_) => 1,
+        GraphError::NoSuchNode(_)
+        | GraphError::NoSuchEdge(_)
+        | GraphError::Corrupt(_)
+        | GraphError::NotAGraph => 1,
         GraphError::Io(io) if io.kind() == std::io::ErrorKind::BrokenPipe => 0,
         // Bad input (a CSV that does not parse, a name that cannot be stored) is not bad
         // usage: it exits as `load` does for a damaged dump.
@@ -304,28 +302,11 @@ fn open_read_only(dir: &Path) -> Result<Environment, Failure> {
         let Failure { code, message } = Failure::from(e);
         fail(code, format!("opening {}: {message}", dir.display()))
     })?;
-    {
-        let rtx = env.begin_read()?;
-        let meta = match rtx.open_tree(META_TREE) {
-            Ok(meta) => meta,
-            Err(hrafn::Error::TreeNotFound { .. }) => return Err(no_graph()),
-            Err(e) => return Err(e.into()),
-        };
-        match meta.get(META_LAYOUT_KEY)? {
-            None => return Err(no_graph()),
-            Some(v) if v == LAYOUT_VERSION.to_be_bytes() => {}
-            Some(v) => {
-                let found = <[u8; 4]>::try_from(v)
-                    .map_or_else(|_| format!("{v:?}"), |b| u32::from_be_bytes(b).to_string());
-                return Err(fail(
-                    1,
-                    format!(
-                        "{}: a graph of layout {found}; this build reads layout {LAYOUT_VERSION}",
-                        dir.display()
-                    ),
-                ));
-            }
-        }
+    match hrafn_graph::check_layout(&env.begin_read()?) {
+        Ok(()) => {}
+        Err(GraphError::NotAGraph) => return Err(no_graph()),
+        Err(GraphError::Corrupt(why)) => return Err(fail(1, format!("{}: {why}", dir.display()))),
+        Err(e) => return Err(graph_fail(e, "reading the graph's layout")),
     }
     Ok(env)
 }

@@ -2,8 +2,8 @@
 
 use crate::error::Result;
 use crate::graph::{
-    Graph, GraphRead, META_INDEX_PREFIX, prop_key_prefix, split_adjacency_value, text_field,
-    u64_field,
+    Graph, GraphRead, META_INDEX_PREFIX, node_from, prop_key_prefix, split_adjacency_value,
+    text_field, u64_field,
 };
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -52,13 +52,12 @@ pub fn check(rtx: &hrafn::ReadTxn<'_>) -> Result<GraphCheckReport> {
     }
     let view = GraphRead::open_on(rtx)?;
     let mut nodes = BTreeSet::new();
-    // (id, label, properties) of every node, for the property indexes.
+    // Every node, for the property indexes.
     let mut contents = Vec::new();
     for item in view.nodes.scan()? {
         let (record, rec) = item?;
         let id = u64_field(rec.field(0))?;
-        let props = crate::value::decode(rec.field(2).unwrap_or_default())?;
-        contents.push((id, text_field(rec.field(1))?, props));
+        contents.push(node_from(id, &rec)?);
         if view.node_location(id)? != Some(record) {
             r.problems.push(format!(
                 "node {id}: its id does not translate to record {record}"
@@ -86,13 +85,13 @@ pub fn check(rtx: &hrafn::ReadTxn<'_>) -> Result<GraphCheckReport> {
         }
     }
     let mut want = BTreeSet::new();
-    for (id, label, props) in &contents {
+    for node in &contents {
         for (l, p) in &indexed {
-            if l == label
-                && let Some(v) = props.get(p)
+            if *l == node.label
+                && let Some(v) = node.properties.get(p)
             {
                 let mut k = prop_key_prefix(l, p, v);
-                k.extend_from_slice(&id.to_be_bytes());
+                k.extend_from_slice(&node.id.to_be_bytes());
                 want.insert(k);
             }
         }

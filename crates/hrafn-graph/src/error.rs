@@ -23,6 +23,9 @@ pub enum Error {
     /// A label, edge type or property name that cannot be stored (empty, too long, a NUL).
     #[error("invalid name: {0}")]
     InvalidName(String),
+    /// The environment holds no graph.
+    #[error("no graph in this environment")]
+    NotAGraph,
     /// Stored graph bytes that do not decode.
     #[error("corrupt graph data: {0}")]
     Corrupt(String),

@@ -184,6 +184,26 @@ impl Graph {
     }
 }
 
+/// Checks that the snapshot holds a graph of the layout this build reads, without writing:
+/// for opening an environment read-only (`GraphRead::open_on` then serves its queries).
+///
+/// # Errors
+/// [`Error::NotAGraph`] when it holds none; [`Error::Corrupt`] for another layout version.
+pub fn check_layout(rtx: &ReadTxn<'_>) -> Result<()> {
+    let meta = match rtx.open_tree(META) {
+        Ok(meta) => meta,
+        Err(hrafn::Error::TreeNotFound { .. }) => return Err(Error::NotAGraph),
+        Err(e) => return Err(e.into()),
+    };
+    match meta.get(META_LAYOUT)? {
+        None => Err(Error::NotAGraph),
+        Some(v) if v == LAYOUT_VERSION.to_be_bytes() => Ok(()),
+        Some(v) => Err(Error::Corrupt(format!(
+            "graph layout {v:?}, this build reads {LAYOUT_VERSION}"
+        ))),
+    }
+}
+
 /// Writes to the graph inside one transaction.
 pub struct GraphWriter<'w, 'env> {
     wtx: &'w mut WriteTxn<'env>,
@@ -287,20 +307,27 @@ impl<'env> GraphWriter<'_, 'env> {
         self.wtx
     }
 
-    /// Table `name` and the record id stable id `id` translates to in it.
+    /// Table `name` and the record id stable id `id` translates to in it, if any.
+    fn find(
+        &mut self,
+        name: &str,
+        schema: &Schema,
+        id: u64,
+    ) -> Result<Option<(hrafn::TableMut<'_, 'env>, u64)>> {
+        let table = self.wtx.open_table(name, schema)?;
+        let record = table.index_ids(BY_ID, &id.to_be_bytes())?.first().copied();
+        Ok(record.map(|r| (table, r)))
+    }
+
+    /// As [`GraphWriter::find`], for an id known to exist.
     fn located(
         &mut self,
         name: &str,
         schema: &Schema,
         id: u64,
     ) -> Result<(hrafn::TableMut<'_, 'env>, u64)> {
-        let table = self.wtx.open_table(name, schema)?;
-        let record = table
-            .index_ids(BY_ID, &id.to_be_bytes())?
-            .first()
-            .copied()
-            .ok_or_else(|| Error::Corrupt(format!("id {id} has no record in {name}")))?;
-        Ok((table, record))
+        self.find(name, schema, id)?
+            .ok_or_else(|| Error::Corrupt(format!("id {id} has no record in {name}")))
     }
 
     /// Adds a node. Returns its stable id.
@@ -339,18 +366,13 @@ impl<'env> GraphWriter<'_, 'env> {
     /// # Errors
     /// Engine and corruption errors.
     pub fn node(&mut self, id: u64) -> Result<Option<Node>> {
-        let nodes = self.wtx.open_table(NODES, &node_schema())?;
-        let Some(&record) = nodes.index_ids(BY_ID, &id.to_be_bytes())?.first() else {
+        let Some((nodes, record)) = self.find(NODES, &node_schema(), id)? else {
             return Ok(None);
         };
         let r = nodes
             .get(record)?
             .ok_or_else(|| Error::Corrupt(format!("node {id}: no record")))?;
-        Ok(Some(Node {
-            id,
-            label: text_field(r.field(1))?,
-            properties: decode(r.field(2).unwrap_or_default())?,
-        }))
+        node_from(id, &r).map(Some)
     }
 
     /// Adds an edge of type `edge_type` from `source` to `destination`. Returns its id.
@@ -442,14 +464,13 @@ impl<'env> GraphWriter<'_, 'env> {
     /// # Errors
     /// Engine and corruption errors.
     pub fn edge(&mut self, id: u64) -> Result<Option<Edge>> {
-        let edges = self.wtx.open_table(EDGES, &edge_schema())?;
-        let Some(&record) = edges.index_ids(BY_ID, &id.to_be_bytes())?.first() else {
+        let Some((edges, record)) = self.find(EDGES, &edge_schema(), id)? else {
             return Ok(None);
         };
         let r = edges
             .get(record)?
             .ok_or_else(|| Error::Corrupt(format!("edge {id}: no record")))?;
-        edge_from(id, &r)
+        edge_from(id, &r).map(Some)
     }
 
     /// Deletes edge `id`. Returns false if there is none.
@@ -624,14 +645,24 @@ impl<'env> GraphWriter<'_, 'env> {
     }
 }
 
-fn edge_from(id: u64, r: &hrafn::table::Record<'_>) -> Result<Option<Edge>> {
-    Ok(Some(Edge {
+/// A node from its record.
+pub(crate) fn node_from(id: u64, r: &hrafn::table::Record<'_>) -> Result<Node> {
+    Ok(Node {
+        id,
+        label: text_field(r.field(1))?,
+        properties: decode(r.field(2).unwrap_or_default())?,
+    })
+}
+
+/// An edge from its record.
+fn edge_from(id: u64, r: &hrafn::table::Record<'_>) -> Result<Edge> {
+    Ok(Edge {
         id,
         edge_type: text_field(r.field(1))?,
         source: u64_field(r.field(2))?,
         destination: u64_field(r.field(3))?,
         properties: decode(r.field(4).unwrap_or_default())?,
-    }))
+    })
 }
 
 /// One snapshot of the graph, its tables and trees open: what queries run on.
@@ -684,11 +715,7 @@ impl<'t> GraphRead<'t> {
             .nodes
             .get(record)?
             .ok_or_else(|| Error::Corrupt(format!("node {id}: no record")))?;
-        Ok(Some(Node {
-            id,
-            label: text_field(r.field(1))?,
-            properties: decode(r.field(2).unwrap_or_default())?,
-        }))
+        node_from(id, &r).map(Some)
     }
 
     /// Edge `id`.
@@ -703,7 +730,7 @@ impl<'t> GraphRead<'t> {
             .edges
             .get(record)?
             .ok_or_else(|| Error::Corrupt(format!("edge {id}: no record")))?;
-        edge_from(id, &r)
+        edge_from(id, &r).map(Some)
     }
 
     /// Number of nodes.

@@ -13,6 +13,7 @@ pub use check::GraphCheckReport;
 pub use error::{Error, Result};
 pub use graph::{
     DeleteMode, Direction, Edge, Graph, GraphRead, GraphWriter, LAYOUT_VERSION, Neighbour, Node,
+    check_layout,
 };
 pub use load::{LoadProgress, LoadReport};
 pub use pattern::Pattern;

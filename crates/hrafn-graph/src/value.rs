@@ -110,7 +110,7 @@ pub const NAME_MAX_BYTES: usize = 255;
 ///
 /// # Errors
 /// [`Error::InvalidName`] for an empty name, one over [`NAME_MAX_BYTES`], or one with a NUL.
-pub fn check_name(name: &str) -> Result<()> {
+pub(crate) fn check_name(name: &str) -> Result<()> {
     if name.is_empty() || name.len() > NAME_MAX_BYTES || name.contains('\0') {
         return Err(Error::InvalidName(format!("{name:?}")));
     }
@@ -122,7 +122,7 @@ pub fn check_name(name: &str) -> Result<()> {
 ///
 /// # Errors
 /// [`Error::InvalidName`] for a bad property name.
-pub fn encode(props: &Properties) -> Result<Vec<u8>> {
+pub(crate) fn encode(props: &Properties) -> Result<Vec<u8>> {
     let mut out = Vec::new();
     let count = u16::try_from(props.len())
         .map_err(|_| Error::InvalidName(format!("{} properties, at most 65535", props.len())))?;
@@ -159,7 +159,7 @@ fn put_bytes(out: &mut Vec<u8>, tag: u8, bytes: &[u8]) {
 ///
 /// # Errors
 /// [`Error::Corrupt`] for bytes `encode` cannot have produced.
-pub fn decode(bytes: &[u8]) -> Result<Properties> {
+pub(crate) fn decode(bytes: &[u8]) -> Result<Properties> {
     let bad = |why: &str| Error::Corrupt(format!("properties: {why}"));
     let mut r = Reader { bytes, at: 0 };
     let count = u16::from_le_bytes(

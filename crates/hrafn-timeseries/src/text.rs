@@ -183,33 +183,17 @@ pub fn parse_selector(text: &str) -> Result<Vec<Matcher>> {
     }
     cur.skip_ws();
     if cur.eat('{') {
-        loop {
-            cur.skip_ws();
-            if cur.eat('}') {
-                break;
-            }
-            let start = cur.pos;
-            let Some(name) = cur.name(false) else {
-                return Err(cur.err("expected a label name"));
-            };
+        cur.label_list(|cur, name, start| {
             if metric.is_some() && name == METRIC_NAME {
                 // Prometheus refuses `up{__name__="x"}` too: which name would win?
                 return Err(cur.err_at(start, "the metric name is given twice"));
             }
-            cur.skip_ws();
             let op = cur.match_op()?;
             cur.skip_ws();
             let value = cur.quoted(Quoting::Selector)?;
             matchers.push(Matcher::new(name, op, value)?);
-            cur.skip_ws();
-            if cur.eat(',') {
-                continue;
-            }
-            if cur.eat('}') {
-                break;
-            }
-            return Err(cur.err("expected ',' or '}'"));
-        }
+            Ok(())
+        })?;
         cur.skip_ws();
     }
     if !cur.at_end() {
@@ -645,30 +629,15 @@ fn series(cur: &mut Cursor<'_>) -> Result<Labels> {
     let before_ws = cur.pos;
     cur.skip_ws();
     if cur.eat('{') {
-        loop {
-            cur.skip_ws();
-            if cur.eat('}') {
-                break;
-            }
-            let Some(name) = cur.name(false) else {
-                return Err(cur.err("expected a label name"));
-            };
-            cur.skip_ws();
+        cur.label_list(|cur, name, _| {
             if !cur.eat('=') {
                 return Err(cur.err("expected '='"));
             }
             cur.skip_ws();
             let value = cur.quoted(Quoting::Exposition)?;
             pairs.push((name, value));
-            cur.skip_ws();
-            if cur.eat(',') {
-                continue;
-            }
-            if cur.eat('}') {
-                break;
-            }
-            return Err(cur.err("expected ',' or '}'"));
-        }
+            Ok(())
+        })?;
     } else if pairs.is_empty() {
         return Err(cur.err("expected a metric name or '{'"));
     } else {
@@ -697,6 +666,34 @@ struct Cursor<'a> {
 }
 
 impl<'a> Cursor<'a> {
+    /// Reads `name <item> (, name <item>)* [,] }` after an opening `{`: `item` gets each
+    /// label name (whitespace after it skipped) and where it started, and reads the rest.
+    fn label_list(
+        &mut self,
+        mut item: impl FnMut(&mut Self, &'a str, usize) -> Result<()>,
+    ) -> Result<()> {
+        loop {
+            self.skip_ws();
+            if self.eat('}') {
+                return Ok(());
+            }
+            let start = self.pos;
+            let Some(name) = self.name(false) else {
+                return Err(self.err("expected a label name"));
+            };
+            self.skip_ws();
+            item(self, name, start)?;
+            self.skip_ws();
+            if self.eat(',') {
+                continue;
+            }
+            if self.eat('}') {
+                return Ok(());
+            }
+            return Err(self.err("expected ',' or '}'"));
+        }
+    }
+
     fn new(text: &'a str, line: usize) -> Cursor<'a> {
         Cursor { text, pos: 0, line }
     }

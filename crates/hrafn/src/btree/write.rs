@@ -238,7 +238,7 @@ fn is_rightmost<S: PageStore>(store: &S, path: &Path) -> Result<bool> {
 
 /// What [`update_in_place`] found at the key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum InPlace {
+pub(crate) enum InPlace {
     /// The inline value was handed to the closure.
     Updated,
     /// No entry has the key.
@@ -254,7 +254,7 @@ pub enum InPlace {
 ///
 /// # Errors
 /// Damaged pages.
-pub fn update_in_place<S: PageStore>(
+pub(crate) fn update_in_place<S: PageStore>(
     store: &mut S,
     tree: &TreeHeader,
     key: &[u8],
