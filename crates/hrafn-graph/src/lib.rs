@@ -17,5 +17,5 @@ pub use graph::{
 };
 pub use load::{LoadProgress, LoadReport};
 pub use pattern::Pattern;
-pub use traverse::Traversal;
+pub use traverse::{PARALLEL_LEVEL_MIN_NODES, Traversal};
 pub use value::{Properties, Value};

@@ -4,12 +4,19 @@
 //! Breadth-first walks go level by level, and each level's frontier is visited in the
 //! order of its nodes' ids: adjacency is keyed by node id, so the walk reads the adjacency
 //! trees front to back, in page order, instead of jumping (the posts' "locality"
-//! ordering; it pays when the graph is larger than memory).
+//! ordering; it pays when the graph is larger than memory). With [`Traversal::threads`], a
+//! large level is cut into contiguous id ranges, one per thread, all reading the same
+//! snapshot (the posts' "parallel locality"): each thread still reads its part of the
+//! adjacency front to back.
 
 use crate::error::{Error, Result};
 use crate::graph::{Direction, GraphRead, Neighbour, Node};
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap, HashSet};
+
+/// The smallest breadth-first level [`Traversal::threads`] splits: below it, starting
+/// threads costs more than they save.
+pub const PARALLEL_LEVEL_MIN_NODES: usize = 512;
 
 /// How a traversal walks: which way, along which edge types, how deep, through which nodes.
 pub struct Traversal<'f> {
@@ -20,9 +27,11 @@ pub struct Traversal<'f> {
     /// Deepest level visited (the start is level 0); unbounded when `None`.
     pub max_depth: Option<u32>,
     /// Nodes the walk may enter (the start is always visited).
-    pub node_filter: Option<&'f dyn Fn(&Node) -> bool>,
+    pub node_filter: Option<&'f (dyn Fn(&Node) -> bool + Sync)>,
     /// Edges the walk may follow.
-    pub edge_filter: Option<&'f dyn Fn(&Neighbour) -> bool>,
+    pub edge_filter: Option<&'f (dyn Fn(&Neighbour) -> bool + Sync)>,
+    /// Threads a breadth-first level is split across (1: the calling thread only).
+    pub threads: usize,
 }
 
 impl Default for Traversal<'_> {
@@ -33,6 +42,7 @@ impl Default for Traversal<'_> {
             max_depth: None,
             node_filter: None,
             edge_filter: None,
+            threads: 1,
         }
     }
 }
@@ -57,14 +67,23 @@ impl<'f> Traversal<'f> {
     }
 
     /// Enters only nodes `f` accepts.
-    pub fn node_filter(mut self, f: &'f dyn Fn(&Node) -> bool) -> Self {
+    pub fn node_filter(mut self, f: &'f (dyn Fn(&Node) -> bool + Sync)) -> Self {
         self.node_filter = Some(f);
         self
     }
 
     /// Follows only edges `f` accepts.
-    pub fn edge_filter(mut self, f: &'f dyn Fn(&Neighbour) -> bool) -> Self {
+    pub fn edge_filter(mut self, f: &'f (dyn Fn(&Neighbour) -> bool + Sync)) -> Self {
         self.edge_filter = Some(f);
+        self
+    }
+
+    /// Splits each breadth-first level of at least [`PARALLEL_LEVEL_MIN_NODES`] nodes
+    /// across `threads` threads (breadth-first walks, k-hop neighbourhoods and unweighted
+    /// shortest paths; results are the same as with one). Depth-first and weighted walks
+    /// stay on one thread.
+    pub fn threads(mut self, threads: usize) -> Self {
+        self.threads = threads.max(1);
         self
     }
 }
@@ -106,8 +125,8 @@ impl GraphRead<'_> {
 
     /// Walks breadth-first from `start`, level by level, each level's frontier in id order
     /// (adjacency is keyed by node id, so a level reads it front to back), calling
-    /// `reached(depth, via, node)` once per newly reached node; stops early when it returns
-    /// true.
+    /// `reached(depth, via, node)` once per newly reached node, `via` the smallest-id node
+    /// of the previous level with an edge to it; stops early when it returns true.
     fn levels(
         &self,
         start: u64,
@@ -120,21 +139,59 @@ impl GraphRead<'_> {
         while !frontier.is_empty() && t.max_depth.is_none_or(|m| depth < m) {
             depth += 1;
             frontier.sort_unstable();
-            let mut next = Vec::new();
-            for id in frontier {
-                for n in self.steps(id, t)? {
-                    if !seen.contains(&n.node) && self.admits(n.node, t)? {
-                        seen.insert(n.node);
-                        if reached(depth, id, n.node) {
-                            return Ok(());
-                        }
-                        next.push(n.node);
+            // (via, node) candidates in frontier order; `seen` is only read while they
+            // are gathered, so the threads can share it.
+            let candidates = if t.threads > 1 && frontier.len() >= PARALLEL_LEVEL_MIN_NODES {
+                let part = frontier.len().div_ceil(t.threads);
+                let seen = &seen;
+                std::thread::scope(|scope| {
+                    let parts: Vec<_> = frontier
+                        .chunks(part)
+                        .map(|ids| scope.spawn(move || self.candidates(ids, seen, t)))
+                        .collect();
+                    let mut all = Vec::new();
+                    for p in parts {
+                        // A panic in a part is a bug: pass it on, as one thread would.
+                        all.extend(p.join().unwrap_or_else(|e| std::panic::resume_unwind(e))?);
                     }
+                    Ok::<_, Error>(all)
+                })?
+            } else {
+                self.candidates(&frontier, &seen, t)?
+            };
+            let mut next = Vec::new();
+            for (via, id) in candidates {
+                if seen.insert(id) {
+                    if reached(depth, via, id) {
+                        return Ok(());
+                    }
+                    next.push(id);
                 }
             }
             frontier = next;
         }
         Ok(())
+    }
+
+    /// The steps out of `ids` (in order) to nodes not in `seen` that the traversal admits,
+    /// as (from, to), each node once (several parts may list the same node).
+    fn candidates(
+        &self,
+        ids: &[u64],
+        seen: &HashSet<u64>,
+        t: &Traversal<'_>,
+    ) -> Result<Vec<(u64, u64)>> {
+        let mut out = Vec::new();
+        let mut listed = HashSet::new();
+        for &id in ids {
+            for n in self.steps(id, t)? {
+                // The first edge to a node comes from the smallest id: `ids` are sorted.
+                if !seen.contains(&n.node) && listed.insert(n.node) && self.admits(n.node, t)? {
+                    out.push((id, n.node));
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// Breadth-first from `start`: each reached node with its depth, level by level (each
@@ -197,6 +254,7 @@ impl GraphRead<'_> {
             max_depth: Some(t.max_depth.map_or(k, |m| m.min(k))),
             node_filter: t.node_filter,
             edge_filter: t.edge_filter,
+            threads: t.threads,
         };
         let mut ids: Vec<u64> = self
             .bfs(start, &limited)?

@@ -875,3 +875,46 @@ fn pattern_limit_counts_distinct_matches() {
     })
     .expect("read");
 }
+
+/// Levels split across threads give exactly what one thread gives (the same nodes, depths
+/// and paths: each node's parent is the smallest-id node that reaches it), under every
+/// configuration, on a graph whose levels are large enough to be split.
+#[test]
+fn walks_split_across_threads_match_one_thread() {
+    let (tg, mut rng) = power_law_graph(11, 6_000, 3);
+    let split = hrafn_graph::PARALLEL_LEVEL_MIN_NODES;
+    tg.g.read(|r| {
+        let mut split_levels = 0;
+        for c in configs() {
+            let one = traversal(&c);
+            for _ in 0..4 {
+                let n = tg.ids.len();
+                let (s, to) = (tg.ids[rng.gen_range(0..n)], tg.ids[rng.gen_range(0..n)]);
+                let bfs = r.bfs(s, &one)?;
+                let mut level_sizes = HashMap::new();
+                for &(_, d) in &bfs {
+                    *level_sizes.entry(d).or_insert(0usize) += 1;
+                }
+                // A level is split when the one before it (its frontier) is large.
+                split_levels += level_sizes
+                    .iter()
+                    .filter(|&(&d, &n)| n >= split && level_sizes.contains_key(&(d + 1)))
+                    .count();
+                for threads in [2, 3] {
+                    let many = traversal(&c).threads(threads);
+                    let what = format!("{c:?} from {s} on {threads} threads");
+                    assert_eq!(r.bfs(s, &many)?, bfs, "{what}: bfs");
+                    assert_eq!(r.k_hop(s, 3, &many)?, r.k_hop(s, 3, &one)?, "{what}: k-hop");
+                    assert_eq!(
+                        r.shortest_path(s, to, &many)?,
+                        r.shortest_path(s, to, &one)?,
+                        "{what}: path to {to}"
+                    );
+                }
+            }
+        }
+        assert!(split_levels > 50, "only {split_levels} levels were split");
+        Ok(())
+    })
+    .expect("read");
+}

@@ -10,7 +10,8 @@ use crate::meta::{META_PAGE_NUMBER, Meta};
 use crate::page::{PageKind, init, seal};
 use crate::scratch::{Ptt, ScratchUsage};
 use crate::storage::{
-    FileKind, FileStorage, ProcessReaders, Storage, StorageEvent, StorageFile, write_all_at,
+    FileKind, FileStorage, Mapping, ProcessReaders, Storage, StorageEvent, StorageFile,
+    write_all_at,
 };
 use crate::sync::StateCell;
 use crate::txn::merge::{self, Merger, WriteBatch};
@@ -108,6 +109,11 @@ pub struct Options {
     /// environment keeps what it was created with. Journals then take disk until the next
     /// backup.
     pub incremental_backups: bool,
+    /// Let the kernel read pages around each data-file page a reader faults in (its
+    /// read-ahead). Turn it off (LMDB's `MDB_NORDAHEAD`) when the data file is much larger
+    /// than memory and reads are scattered: each fault then reads one page instead of up
+    /// to the device's read-ahead window, which would evict pages still wanted.
+    pub read_ahead: bool,
 }
 
 impl Options {
@@ -230,6 +236,13 @@ impl Options {
         self
     }
 
+    /// Sets [`Options::read_ahead`].
+    #[must_use]
+    pub fn read_ahead(mut self, read_ahead: bool) -> Options {
+        self.read_ahead = read_ahead;
+        self
+    }
+
     /// Whether the flusher makes spare journals ([`Options::journal_spare_files`]): only a
     /// durable journal gains from zero-filled files.
     pub(crate) fn makes_spare_journals(&self) -> bool {
@@ -257,6 +270,7 @@ impl Default for Options {
             merge_wait_timeout_ms: 30_000,
             merge_linger_us: 50,
             incremental_backups: false,
+            read_ahead: true,
         }
     }
 }
@@ -654,9 +668,7 @@ impl Environment {
             .len()
             .map_err(|e| Error::io("sizing the data file", e))?;
         let page_count = data_len / PAGE_SIZE_BYTES as u64;
-        let map = data_file
-            .map(page_count * PAGE_SIZE_BYTES as u64)
-            .map_err(|e| Error::io("mapping the data file", e))?;
+        let map = map_data_file(&*data_file, page_count * PAGE_SIZE_BYTES as u64, &options)?;
         let state = State {
             txn_id: replayed.last_txn_id,
             ptt: Ptt::new(),
@@ -750,9 +762,7 @@ impl Environment {
             .map_err(|e| Error::io("sizing the data file", e))?;
         // Pages past the snapshot's end are never read; the writer may trim them away.
         let page_count = (data_len / PAGE_SIZE_BYTES as u64).min(meta.next_page_number);
-        let map = data_file
-            .map(page_count * PAGE_SIZE_BYTES as u64)
-            .map_err(|e| Error::io("mapping the data file", e))?;
+        let map = map_data_file(&*data_file, page_count * PAGE_SIZE_BYTES as u64, &options)?;
         let state = State {
             txn_id: replayed.last_txn_id,
             ptt,
@@ -1103,6 +1113,22 @@ const CREATED_DATA_PAGES: u64 = 16;
 /// temporary file and a rename, so a crash during creation leaves no header and the next
 /// open starts over (after [`refuse_unless_never_created`] has shown that nothing but
 /// what creation writes is there).
+/// Maps the data file's first `len_bytes`, advised as [`Options::read_ahead`] asks.
+pub(crate) fn map_data_file(
+    file: &dyn StorageFile,
+    len_bytes: u64,
+    options: &Options,
+) -> Result<Arc<dyn Mapping>> {
+    let map = file
+        .map(len_bytes)
+        .map_err(|e| Error::io("mapping the data file", e))?;
+    if !options.read_ahead {
+        map.advise_random()
+            .map_err(|e| Error::io("advising the data file's mapping", e))?;
+    }
+    Ok(map)
+}
+
 fn create(storage: &dyn Storage, incremental_backups: bool) -> Result<Header> {
     let io = |what: &'static str| move |e| Error::io(what, e);
     storage

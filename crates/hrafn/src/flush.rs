@@ -444,10 +444,7 @@ fn write_batch(
     let mut new_view = None;
     if needed_bytes > book.data_size_bytes {
         let new_size = grow_data_file(inner, needed_bytes)?;
-        let map = inner
-            .data_file
-            .map(new_size)
-            .map_err(|e| Error::io("mapping the data file", e))?;
+        let map = crate::env::map_data_file(&*inner.data_file, new_size, &inner.options)?;
         let page_count = new_size / PAGE_SIZE_BYTES as u64;
         new_view = Some(DataView::new(map, page_count, Some(&state.data.verified)));
         book.data_size_bytes = new_size;

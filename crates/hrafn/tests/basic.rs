@@ -276,3 +276,58 @@ fn close_after_an_oversized_record_was_synced_succeeds() {
         );
     }
 }
+
+/// The `VmFlags` of this process's mappings of the data file in `dir` (`/proc/self/smaps`).
+fn data_file_vm_flags(dir: &std::path::Path) -> Vec<String> {
+    let path = dir
+        .join(hrafn::DATA_FILE)
+        .canonicalize()
+        .expect("data file path");
+    let path = path.to_str().expect("utf-8 path");
+    let smaps = std::fs::read_to_string("/proc/self/smaps").expect("smaps");
+    let mut flags = Vec::new();
+    let mut in_data = false;
+    for line in smaps.lines() {
+        if let Some(rest) = line.strip_prefix("VmFlags:") {
+            if in_data {
+                flags.push(rest.trim().to_string());
+            }
+        } else if line.split_whitespace().next().is_some_and(|range| {
+            range.contains('-') && range.chars().all(|c| c == '-' || c.is_ascii_hexdigit())
+        }) {
+            // A mapping's first line: "start-end perms offset device inode path".
+            in_data = line.ends_with(path);
+        }
+    }
+    flags
+}
+
+/// `read_ahead(false)` advises every mapping of the data file as random access (the
+/// kernel's `rr` flag), the first and those made when a flush grows the file; by default
+/// none is.
+#[test]
+fn read_ahead_off_advises_the_data_file_mapping_random() {
+    for read_ahead in [false, true] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let env = Environment::open(dir.path(), options().read_ahead(read_ahead)).expect("open");
+        for round in 0..2u32 {
+            let mut wtx = env.begin_write().expect("write");
+            {
+                let mut t = wtx.open_tree("t").expect("tree");
+                for i in 0..20_000u32 {
+                    let key = [round.to_be_bytes(), i.to_be_bytes()].concat();
+                    t.insert(key, [7u8; 100]).expect("insert");
+                }
+            }
+            wtx.commit().expect("commit");
+            // The flush grows the data file and maps it again.
+            env.flush_and_sync().expect("flush");
+            let flags = data_file_vm_flags(dir.path());
+            assert!(!flags.is_empty(), "the data file is mapped");
+            for f in &flags {
+                let random = f.split_whitespace().any(|w| w == "rr");
+                assert_eq!(random, !read_ahead, "read_ahead {read_ahead}: VmFlags {f}");
+            }
+        }
+    }
+}

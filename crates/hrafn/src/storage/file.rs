@@ -227,6 +227,10 @@ impl Mapping for RealMapping {
     fn bytes(&self) -> &[u8] {
         &self.map
     }
+
+    fn advise_random(&self) -> io::Result<()> {
+        self.map.advise(memmap2::Advice::Random)
+    }
 }
 
 struct EmptyMapping;

@@ -143,4 +143,11 @@ pub trait StorageFile: Send + Sync {
 pub trait Mapping: Send + Sync {
     /// The mapped bytes.
     fn bytes(&self) -> &[u8];
+
+    /// Tells the kernel the bytes will be read in no particular order, so a page fault
+    /// reads that page alone, not its neighbours too (for [`crate::Options::read_ahead`]).
+    /// Only a hint: mappings that cannot take it ignore it.
+    fn advise_random(&self) -> io::Result<()> {
+        Ok(())
+    }
 }
