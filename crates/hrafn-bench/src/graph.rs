@@ -34,23 +34,27 @@
 //!
 //! # Larger than memory: `--memory-limit-mib N`
 //!
-//! After the table, the BFS walks run again on the graph store with the graph read from
-//! disk, in three variants: the store's `bfs` (each level's frontier in id order, so the
-//! adjacency tree is read front to back), and a walk written here on `for_each_neighbour`
-//! with the frontier in id order and in a random order. What "from disk" means depends on
-//! the machine:
+//! After the table, BFS walks run again on the graph store with the graph read from disk:
+//! to depth 3 from random starts, then over the whole graph. The variants: the store's
+//! `bfs` (each level's frontier in id order, so the adjacency tree is read front to back)
+//! with the kernel's read-ahead on (the default) and off (`Options::read_ahead(false)`),
+//! the same split across threads (`Traversal::threads`), and a walk written here on
+//! `for_each_neighbour` with each level in id order and in a random order (read-ahead off).
+//! What "from disk" means depends on the machine:
 //!
-//! - Where `systemd-run --user --scope` works, the walks run in a child process (the
-//!   hidden `graph-cold` subcommand) in a scope with `MemoryMax=N MiB`. The kernel charges
-//!   the page cache a process faults in to its control group, so at most about N MiB of the
-//!   graph stays resident and the rest is read again as the walks go. The child drops the
-//!   data file's cached pages before each variant, so that each starts cold and what the
-//!   parent cached (charged to the parent's group) does not count.
-//! - Elsewhere (no user service manager, as in most containers) there is no limit to
-//!   enforce: instead, before each walk the environment is closed and the data file's
-//!   cached pages dropped with `posix_fadvise(POSIX_FADV_DONTNEED)` (through `rustix`, no
-//!   unsafe code), so every walk starts with none of the graph in memory. The kernel keeps
-//!   pages a mapping still holds, hence the close: the engine maps its data file.
+//! - Where this process may make a memory control group (cgroup v2 with the memory
+//!   controller, or v1's memory hierarchy, as root in most containers), or else where
+//!   `systemd-run --user --scope` works, the walks run in a child process (the hidden
+//!   `graph-cold` subcommand) limited to N MiB. The kernel charges the page cache a
+//!   process faults in to its control group, so at most about N MiB of the graph stays
+//!   resident and the rest is read again as the walks go. The child drops the data file's
+//!   cached pages before each variant, so that each starts cold and what the parent cached
+//!   (charged to the parent's group) does not count.
+//! - Elsewhere there is no limit to enforce: instead, before each walk the environment is
+//!   closed and the data file's cached pages dropped with
+//!   `posix_fadvise(POSIX_FADV_DONTNEED)` (through `rustix`, no unsafe code), so every
+//!   walk starts with none of the graph in memory. The kernel keeps pages a mapping still
+//!   holds, hence the close: the engine maps its data file.
 //!
 //! Each variant reports its mean time per walk and the bytes read from the disk
 //! (`read_bytes` of `/proc/self/io`, which counts read-ahead too).
@@ -89,8 +93,10 @@ const BFS_STARTS: usize = 100;
 const BFS_DEPTH: u32 = 3;
 /// Random (from, to) pairs of the shortest-path queries.
 const PATH_PAIRS: usize = 100;
-/// Walks of each variant in the larger-than-memory mode.
+/// Walks of each variant in the larger-than-memory mode: to [`BFS_DEPTH`], and over the
+/// whole graph.
 const COLD_WALKS: usize = 20;
+const COLD_WHOLE_WALKS: usize = 2;
 /// The baseline tree's name in the Hrafn environment.
 const ADJ_TREE: &str = "adj";
 /// A baseline key: `src u64 BE | type u8 | dst u64 BE | edge u64 BE`.
@@ -470,12 +476,22 @@ struct Column {
 
 /// Loads the graph store and measures it; also returns its 1-hop p50 when each query
 /// opens its own snapshot, and when nothing is collected.
+/// The graph store's figures beyond the table's common rows.
+struct StoreExtras {
+    /// 1-hop p50 opening a snapshot per query.
+    own_snapshot_p50: Duration,
+    /// 1-hop p50 through `for_each_neighbour`, nothing collected.
+    bare_p50: Duration,
+    /// Mean shortest path with each level split across [`THREADS`] threads.
+    paths_threaded_mean: Duration,
+}
+
 fn run_store(
     dir: &Path,
     nodes: usize,
     gen_edges: &[GenEdge],
     w: &Workload,
-) -> Result<(Column, Duration, Duration)> {
+) -> Result<(Column, StoreExtras)> {
     let graph = Graph::open(dir, Options::default()).context("opening the graph")?;
     let t = Instant::now();
     let batches = in_batches(nodes.div_ceil(NODE_BATCH), &|b| {
@@ -551,6 +567,17 @@ fn run_store(
             )
         })?;
     }
+    // Shortest paths again, each large level split across threads.
+    let threaded = Traversal::default().threads(THREADS);
+    let mut paths_threaded = Vec::new();
+    for &(from, to) in &w.pairs {
+        let (from, to) = (ids[from as usize], ids[to as usize]);
+        let path = timed(&mut paths_threaded, || {
+            Ok(view.shortest_path(from, to, &threaded)?)
+        })?;
+        let one = view.shortest_path(from, to, &Traversal::default())?;
+        ensure!(path == one, "threads changed the path from {from} to {to}");
+    }
     drop(view);
     drop(rtx);
     let mut own_snapshot = Vec::new();
@@ -569,11 +596,12 @@ fn run_store(
         disk_bytes: crate::sys::dir_bytes(dir)?,
         m,
     };
-    Ok((
-        column,
-        percentile(&own_snapshot, 0.5),
-        percentile(&bare, 0.5),
-    ))
+    let extras = StoreExtras {
+        own_snapshot_p50: percentile(&own_snapshot, 0.5),
+        bare_p50: percentile(&bare, 0.5),
+        paths_threaded_mean: mean(&paths_threaded),
+    };
+    Ok((column, extras))
 }
 
 /// Loads the adjacency into one Hrafn B+tree and measures it.
@@ -688,7 +716,7 @@ pub fn run(nodes: usize, edges: usize, memory_limit_mib: Option<u64>, dir: &Path
     println!("in-degree:  {}", degree_summary(in_degree));
     let w = Workload::new(nodes);
 
-    let (store, own_snapshot_p50, bare_p50) = run_store(&dir.join("graph"), nodes, &gen_edges, &w)?;
+    let (store, extras) = run_store(&dir.join("graph"), nodes, &gen_edges, &w)?;
     println!(
         "graph store loaded and measured ({:.1} s so far)",
         started.elapsed().as_secs_f64()
@@ -756,9 +784,10 @@ pub fn run(nodes: usize, edges: usize, memory_limit_mib: Option<u64>, dir: &Path
         found[4] as f64 / found[3].max(1) as f64
     );
     println!(
-        "graph store 1-hop p50: {} without collecting (for_each_neighbour), {} opening a snapshot per query (Graph::read)",
-        us(bare_p50),
-        us(own_snapshot_p50)
+        "graph store 1-hop p50: {} without collecting (for_each_neighbour), {} opening a snapshot per query (Graph::read); shortest path mean {} with levels split across {THREADS} threads (Traversal::threads)",
+        us(extras.bare_p50),
+        us(extras.own_snapshot_p50),
+        ms(extras.paths_threaded_mean)
     );
     println!(
         "notes: {THREADS} load threads, {EDGE_BATCH} edges per transaction, durable default options; the graph store writes an edge record and both adjacency directions, the baselines the out-adjacency only; LMDB is read through this bench's engine interface (scans of {LMDB_FIRST_SCAN} entries, continued while the node lasts)"
@@ -785,7 +814,7 @@ pub fn run(nodes: usize, edges: usize, memory_limit_mib: Option<u64>, dir: &Path
 pub enum Cold {
     /// The data file's cached pages are dropped before each walk.
     EachWalk,
-    /// In a memory-limited scope: the pages are dropped before each variant only.
+    /// In a memory-limited group: the pages are dropped before each variant only.
     UnderLimit(u64),
 }
 
@@ -801,31 +830,37 @@ fn systemd_scope_works() -> bool {
 }
 
 fn larger_than_memory(dir: &Path, nodes: usize, limit_mib: u64) -> Result<()> {
-    if systemd_scope_works() {
-        let exe = std::env::current_exe().context("locating this binary")?;
-        let status = std::process::Command::new("systemd-run")
+    let exe = std::env::current_exe().context("locating this binary")?;
+    let mut child = std::process::Command::new(&exe);
+    let group = crate::sys::MemoryGroup::create(limit_mib << 20);
+    if let Some(group) = &group {
+        child.arg("graph-cold").arg("--cgroup").arg(group.dir());
+    } else if systemd_scope_works() {
+        child = std::process::Command::new("systemd-run");
+        child
             .args(["--user", "--scope", "--quiet", "-p"])
             .arg(format!("MemoryMax={limit_mib}M"))
             .arg("--")
             .arg(exe)
-            .arg("graph-cold")
-            .arg("--dir")
-            .arg(dir)
-            .args(["--nodes", &nodes.to_string()])
-            .args(["--memory-limit-mib", &limit_mib.to_string()])
-            .status()
-            .context("starting the memory-limited walks")?;
-        ensure!(
-            status.success(),
-            "the memory-limited walks failed: {status}"
-        );
-        Ok(())
+            .arg("graph-cold");
     } else {
         println!(
-            "(`systemd-run --user --scope` does not work here, so no memory limit of {limit_mib} MiB is enforced: the data file's pages are dropped from the page cache before each walk instead)"
+            "(no memory control group can be made here, so no limit of {limit_mib} MiB is enforced: the data file's pages are dropped from the page cache before each walk instead)"
         );
-        cold(dir, nodes, Cold::EachWalk)
+        return cold(dir, nodes, Cold::EachWalk);
     }
+    let status = child
+        .arg("--dir")
+        .arg(dir)
+        .args(["--nodes", &nodes.to_string()])
+        .args(["--memory-limit-mib", &limit_mib.to_string()])
+        .status()
+        .context("starting the memory-limited walks")?;
+    ensure!(
+        status.success(),
+        "the memory-limited walks failed: {status}"
+    );
+    Ok(())
 }
 
 /// Drops the data file's pages from the page cache (the environment must be closed: the
@@ -844,8 +879,20 @@ fn read_bytes() -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
-/// The BFS walks of the graph in `dir` (nodes `1..=nodes`) with the graph on disk, in the
-/// three variants of the module docs; prints one line per variant.
+/// How a larger-than-memory walk visits a level.
+#[derive(Clone, Copy)]
+enum ColdWalk {
+    /// The store's `bfs`, each level in id order, split across this many threads.
+    Store(usize),
+    /// [`walk`] on `for_each_neighbour`, each level in id order.
+    IdOrder,
+    /// [`walk`] on `for_each_neighbour`, each level shuffled.
+    RandomOrder,
+}
+
+/// The larger-than-memory walks of the graph in `dir` (nodes `1..=nodes`), in the variants
+/// of the module docs, to depth [`BFS_DEPTH`] and then over the whole graph; prints one
+/// line per variant.
 pub fn cold(dir: &Path, nodes: usize, how: Cold) -> Result<()> {
     let mut rng = StdRng::seed_from_u64(SEED + 2);
     let starts: Vec<u64> = (0..COLD_WALKS)
@@ -854,33 +901,60 @@ pub fn cold(dir: &Path, nodes: usize, how: Cold) -> Result<()> {
     let how_text = match how {
         Cold::EachWalk => "page cache dropped before each walk".to_string(),
         Cold::UnderLimit(mib) => {
-            format!("MemoryMax={mib} MiB, page cache dropped before each variant")
+            format!("memory limited to {mib} MiB, page cache dropped before each variant")
         }
     };
-    println!(
-        "larger than memory: BFS depth {BFS_DEPTH} from {COLD_WALKS} random starts, graph store ({how_text})"
-    );
+    let threaded = format!("store bfs, levels on {THREADS} threads");
+    // All but the first with the kernel's read-ahead off (`Options::read_ahead`).
     let variants = [
-        "store bfs (frontier in id order)",
-        "for_each_neighbour, id order",
-        "for_each_neighbour, random order",
+        ("store bfs, kernel read-ahead on", ColdWalk::Store(1), true),
+        (
+            "store bfs (frontier in id order)",
+            ColdWalk::Store(1),
+            false,
+        ),
+        (threaded.as_str(), ColdWalk::Store(THREADS), false),
+        ("for_each_neighbour, id order", ColdWalk::IdOrder, false),
+        (
+            "for_each_neighbour, random order",
+            ColdWalk::RandomOrder,
+            false,
+        ),
     ];
+    println!(
+        "larger than memory, graph store ({how_text}): BFS to depth {BFS_DEPTH} from {COLD_WALKS} random starts"
+    );
+    cold_walks(dir, how, &starts, Some(BFS_DEPTH), &variants)?;
+    println!(
+        "  then BFS over the whole graph (no depth limit) from {COLD_WHOLE_WALKS} random starts, read-ahead off"
+    );
+    cold_walks(dir, how, &starts[..COLD_WHOLE_WALKS], None, &variants[1..])
+}
+
+fn cold_walks(
+    dir: &Path,
+    how: Cold,
+    starts: &[u64],
+    depth: Option<u32>,
+    variants: &[(&str, ColdWalk, bool)],
+) -> Result<()> {
     let mut reached_first = None;
-    for (v, name) in variants.iter().enumerate() {
+    for &(name, kind, read_ahead) in variants {
         let mut shuffle_rng = StdRng::seed_from_u64(SEED + 3);
+        let options = Options::default().read_ahead(read_ahead);
         let mut graph = None;
         if let Cold::UnderLimit(_) = how {
             drop_page_cache(dir)?;
-            graph = Some(Graph::open(dir, Options::default())?);
+            graph = Some(Graph::open(dir, options.clone())?);
         }
         let (mut times, mut bytes, mut reached) = (Vec::new(), 0u64, 0u64);
         let mut bytes_known = true;
-        for &s in &starts {
+        for &s in starts {
             if let Cold::EachWalk = how {
                 // Close first: the kernel keeps the pages a mapping holds.
                 drop(graph.take());
                 drop_page_cache(dir)?;
-                graph = Some(Graph::open(dir, Options::default())?);
+                graph = Some(Graph::open(dir, options.clone())?);
             }
             let g = graph.as_ref().context("the graph is open")?;
             let rtx = g.environment().begin_read()?;
@@ -891,16 +965,18 @@ pub fn cold(dir: &Path, nodes: usize, how: Cold) -> Result<()> {
                     Ok(())
                 })?)
             };
+            let levels = depth.unwrap_or(u32::MAX);
             let before = read_bytes();
-            let n = timed(&mut times, || match v {
-                0 => {
-                    let t = Traversal::default()
+            let n = timed(&mut times, || match kind {
+                ColdWalk::Store(threads) => {
+                    let mut t = Traversal::default()
                         .direction(Direction::Out)
-                        .max_depth(BFS_DEPTH);
+                        .threads(threads);
+                    t.max_depth = depth;
                     Ok(view.bfs(s, &t)?.len() - 1)
                 }
-                1 => walk(&adj, s, BFS_DEPTH, None),
-                _ => walk(&adj, s, BFS_DEPTH, Some(&mut shuffle_rng)),
+                ColdWalk::IdOrder => walk(&adj, s, levels, None),
+                ColdWalk::RandomOrder => walk(&adj, s, levels, Some(&mut shuffle_rng)),
             })?;
             match (before, read_bytes()) {
                 (Some(a), Some(b)) => bytes += b.saturating_sub(a),
@@ -914,18 +990,16 @@ pub fn cold(dir: &Path, nodes: usize, how: Cold) -> Result<()> {
             reached == first,
             "{name} reached {reached} nodes, not {first}"
         );
+        let walks = starts.len() as f64;
         println!(
             "  {name:<34} mean {:>9.2} ms per walk, {} read from disk per walk, {:.0} nodes reached per walk",
             mean(&times).as_secs_f64() * 1e3,
             if bytes_known {
-                format!(
-                    "{:.2} MiB",
-                    bytes as f64 / COLD_WALKS as f64 / (1u64 << 20) as f64
-                )
+                format!("{:.2} MiB", bytes as f64 / walks / (1u64 << 20) as f64)
             } else {
                 "(unknown)".to_string()
             },
-            reached as f64 / COLD_WALKS as f64
+            reached as f64 / walks
         );
     }
     Ok(())

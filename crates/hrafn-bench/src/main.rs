@@ -145,6 +145,9 @@ enum Cmd {
         nodes: usize,
         #[arg(long)]
         memory_limit_mib: u64,
+        /// The memory control group to join first (made by the parent).
+        #[arg(long)]
+        cgroup: Option<PathBuf>,
     },
 }
 
@@ -188,7 +191,13 @@ fn main() -> Result<()> {
             dir,
             nodes,
             memory_limit_mib,
-        }) => graph::cold(dir, *nodes, graph::Cold::UnderLimit(*memory_limit_mib)),
+            cgroup,
+        }) => {
+            if let Some(group) = cgroup {
+                sys::MemoryGroup::join(group)?;
+            }
+            graph::cold(dir, *nodes, graph::Cold::UnderLimit(*memory_limit_mib))
+        }
         None => run_all(&cli),
     }
 }

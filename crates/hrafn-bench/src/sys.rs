@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
 /// Sum of the lengths of all files under `dir` (recursively); 0 if it does not exist.
 pub fn dir_bytes(dir: &Path) -> Result<u64> {
@@ -54,5 +54,62 @@ mod tests {
         std::fs::write(dir.path().join("sub/b"), [0u8; 23]).expect("write b");
         assert_eq!(dir_bytes(dir.path()).expect("dir_bytes"), 123);
         assert_eq!(dir_bytes(&dir.path().join("missing")).expect("missing"), 0);
+    }
+}
+
+/// A memory control group made for a child process (inside this process's own group),
+/// removed when dropped.
+pub struct MemoryGroup {
+    dir: std::path::PathBuf,
+}
+
+impl MemoryGroup {
+    /// Makes a group limited to `limit_bytes` where the control-group file system lets this
+    /// process (cgroup v2 with the memory controller, or v1's memory hierarchy); `None`
+    /// elsewhere.
+    pub fn create(limit_bytes: u64) -> Option<MemoryGroup> {
+        let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+        let name = format!("hrafn-bench-{}", std::process::id());
+        for line in own.lines() {
+            let mut parts = line.splitn(3, ':');
+            let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+            let path = path.trim_start_matches('/');
+            // v2: one unified hierarchy ("0::/path"); v1: one per controller.
+            let (base, limit_file) = if controllers.is_empty() {
+                ("/sys/fs/cgroup", "memory.max")
+            } else if controllers.split(',').any(|c| c == "memory") {
+                ("/sys/fs/cgroup/memory", "memory.limit_in_bytes")
+            } else {
+                continue;
+            };
+            let dir = Path::new(base).join(path).join(&name);
+            if std::fs::create_dir(&dir).is_err() {
+                continue;
+            }
+            let group = MemoryGroup { dir };
+            if std::fs::write(group.dir.join(limit_file), limit_bytes.to_string()).is_ok() {
+                return Some(group);
+            }
+        }
+        None
+    }
+
+    /// The group's directory, for [`MemoryGroup::join`] in the child.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Moves this process into the group at `dir`: memory it faults in from then on
+    /// (the page cache included) is charged to that group.
+    pub fn join(dir: &Path) -> Result<()> {
+        std::fs::write(dir.join("cgroup.procs"), std::process::id().to_string())
+            .with_context(|| format!("joining the control group {}", dir.display()))
+    }
+}
+
+impl Drop for MemoryGroup {
+    fn drop(&mut self) {
+        // Fails only while a process is still in it; the child has exited by then.
+        let _ = std::fs::remove_dir(&self.dir);
     }
 }
