@@ -125,14 +125,17 @@ enum Cmd {
         /// Edges.
         #[arg(long, default_value_t = 10_000_000)]
         edges: usize,
-        /// Then walk the graph store from disk: in a scope with this memory limit where
-        /// `systemd-run --user --scope` works, else with the page cache dropped before each
-        /// walk (see the module docs of `graph.rs`).
+        /// Then walk the graph store from disk: in a child limited to this much memory
+        /// where a memory control group can be made, else with the page cache dropped
+        /// before each walk (see the module docs of `graph.rs`).
         #[arg(long)]
         memory_limit_mib: Option<u64>,
         /// Where to make the temporary directories (default: the system's).
         #[arg(long)]
         tmpdir: Option<PathBuf>,
+        /// Keep the directories (and print where) for later `graph-cold` runs.
+        #[arg(long)]
+        keep: bool,
     },
     /// The memory-limited walks of `graph --memory-limit-mib` on an existing graph (run by
     /// `graph` inside the limited scope).
@@ -182,9 +185,14 @@ fn main() -> Result<()> {
             edges,
             memory_limit_mib,
             tmpdir,
+            keep,
         }) => {
             let dir = temp_dir_in(tmpdir.as_deref())?;
-            graph::run(*nodes, *edges, *memory_limit_mib, dir.path())
+            graph::run(*nodes, *edges, *memory_limit_mib, dir.path())?;
+            if *keep {
+                println!("kept {}", dir.keep().display());
+            }
+            Ok(())
         }
         #[cfg(feature = "hrafn")]
         Some(Cmd::GraphCold {

@@ -12,7 +12,8 @@
 use crate::error::{Error, Result};
 use crate::graph::{Direction, GraphRead, Neighbour, Node};
 use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use std::collections::BinaryHeap;
 
 /// The smallest breadth-first level [`Traversal::threads`] splits: below it, starting
 /// threads costs more than they save.
@@ -133,39 +134,48 @@ impl GraphRead<'_> {
         t: &Traversal<'_>,
         reached: &mut dyn FnMut(u32, u64, u64) -> bool,
     ) -> Result<()> {
-        let mut seen = HashSet::from([start]);
+        let mut seen = HashSet::from_iter([start]);
         let mut frontier = vec![start];
         let mut depth = 0;
         while !frontier.is_empty() && t.max_depth.is_none_or(|m| depth < m) {
             depth += 1;
             frontier.sort_unstable();
-            // (via, node) candidates in frontier order; `seen` is only read while they
-            // are gathered, so the threads can share it.
-            let candidates = if t.threads > 1 && frontier.len() >= PARALLEL_LEVEL_MIN_NODES {
-                let part = frontier.len().div_ceil(t.threads);
-                let seen = &seen;
-                std::thread::scope(|scope| {
-                    let parts: Vec<_> = frontier
-                        .chunks(part)
-                        .map(|ids| scope.spawn(move || self.candidates(ids, seen, t)))
-                        .collect();
-                    let mut all = Vec::new();
-                    for p in parts {
-                        // A panic in a part is a bug: pass it on, as one thread would.
-                        all.extend(p.join().unwrap_or_else(|e| std::panic::resume_unwind(e))?);
-                    }
-                    Ok::<_, Error>(all)
-                })?
-            } else {
-                self.candidates(&frontier, &seen, t)?
-            };
             let mut next = Vec::new();
-            for (via, id) in candidates {
-                if seen.insert(id) {
-                    if reached(depth, via, id) {
-                        return Ok(());
+            if t.threads > 1 && frontier.len() >= PARALLEL_LEVEL_MIN_NODES {
+                // Parts gather candidates while `seen` is only read, then they are taken
+                // in part order: what one thread would have taken, in the same order.
+                let part = frontier.len().div_ceil(t.threads);
+                let shared = &seen;
+                let parts = std::thread::scope(|scope| {
+                    let handles: Vec<_> = frontier
+                        .chunks(part)
+                        .map(|ids| scope.spawn(move || self.candidates(ids, shared, t)))
+                        .collect();
+                    handles
+                        .into_iter()
+                        // A panic in a part is a bug: pass it on, as one thread would.
+                        .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+                        .collect::<Result<Vec<_>>>()
+                })?;
+                for (via, id) in parts.into_iter().flatten() {
+                    if seen.insert(id) {
+                        if reached(depth, via, id) {
+                            return Ok(());
+                        }
+                        next.push(id);
                     }
-                    next.push(id);
+                }
+            } else {
+                for id in frontier {
+                    for n in self.steps(id, t)? {
+                        if !seen.contains(&n.node) && self.admits(n.node, t)? {
+                            seen.insert(n.node);
+                            if reached(depth, id, n.node) {
+                                return Ok(());
+                            }
+                            next.push(n.node);
+                        }
+                    }
                 }
             }
             frontier = next;
@@ -173,8 +183,8 @@ impl GraphRead<'_> {
         Ok(())
     }
 
-    /// The steps out of `ids` (in order) to nodes not in `seen` that the traversal admits,
-    /// as (from, to), each node once (several parts may list the same node).
+    /// The steps out of `ids` (sorted) to nodes not in `seen` that the traversal admits,
+    /// as (from, to), each node once, from the first of `ids` with an edge to it.
     fn candidates(
         &self,
         ids: &[u64],
@@ -182,10 +192,9 @@ impl GraphRead<'_> {
         t: &Traversal<'_>,
     ) -> Result<Vec<(u64, u64)>> {
         let mut out = Vec::new();
-        let mut listed = HashSet::new();
+        let mut listed = HashSet::default();
         for &id in ids {
             for n in self.steps(id, t)? {
-                // The first edge to a node comes from the smallest id: `ids` are sorted.
                 if !seen.contains(&n.node) && listed.insert(n.node) && self.admits(n.node, t)? {
                     out.push((id, n.node));
                 }
@@ -222,7 +231,7 @@ impl GraphRead<'_> {
     /// Engine and corruption errors.
     pub fn dfs(&self, start: u64, t: &Traversal<'_>) -> Result<Vec<(u64, u32)>> {
         self.require(start)?;
-        let mut seen = HashSet::new();
+        let mut seen = HashSet::default();
         let mut out = Vec::new();
         let mut stack = vec![(start, 0u32)];
         while let Some((id, depth)) = stack.pop() {
@@ -276,7 +285,7 @@ impl GraphRead<'_> {
         if from == to {
             return Ok(Some(vec![from]));
         }
-        let mut parent: HashMap<u64, u64> = HashMap::new();
+        let mut parent: HashMap<u64, u64> = HashMap::default();
         self.levels(from, t, &mut |_, via, id| {
             parent.insert(id, via);
             id == to
@@ -329,9 +338,9 @@ impl GraphRead<'_> {
         // many hops does not hide a heavier one within the limit; without one, hops are
         // not tracked (always 0).
         let limited = t.max_depth.is_some();
-        let mut dist: HashMap<(u64, u32), f64> = HashMap::from([((from, 0), 0.0)]);
-        let mut parent: HashMap<(u64, u32), (u64, u32)> = HashMap::new();
-        let mut done = HashSet::new();
+        let mut dist: HashMap<(u64, u32), f64> = HashMap::from_iter([((from, 0), 0.0)]);
+        let mut parent: HashMap<(u64, u32), (u64, u32)> = HashMap::default();
+        let mut done = HashSet::default();
         let mut heap = BinaryHeap::from([Entry(0.0, from, 0)]);
         while let Some(Entry(d, id, hops)) = heap.pop() {
             if !done.insert((id, hops)) {
