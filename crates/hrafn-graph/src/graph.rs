@@ -778,6 +778,24 @@ impl<'t> GraphRead<'t> {
         edge_type: Option<&str>,
         f: &mut dyn FnMut(Neighbour) -> Result<()>,
     ) -> Result<()> {
+        self.visit_adjacency(id, direction, edge_type, &mut |node, edge, t| {
+            f(Neighbour {
+                node,
+                edge,
+                edge_type: t.to_string(),
+            })
+        })
+    }
+
+    /// Calls `f(neighbour, edge, edge type)` for each neighbour, in the order of
+    /// [`GraphRead::for_each_neighbour`], allocating nothing (traversals' inner loop).
+    pub(crate) fn visit_adjacency(
+        &self,
+        id: u64,
+        direction: Direction,
+        edge_type: Option<&str>,
+        f: &mut dyn FnMut(u64, u64, &str) -> Result<()>,
+    ) -> Result<()> {
         let trees: &[&MultiTree<'t>] = match direction {
             Direction::Out => &[&self.out],
             Direction::In => &[&self.inn],
@@ -788,11 +806,7 @@ impl<'t> GraphRead<'t> {
                 Some(t) => {
                     for v in tree.values(adjacency_key(id, t))? {
                         let (node, edge) = split_adjacency_value(v?)?;
-                        f(Neighbour {
-                            node,
-                            edge,
-                            edge_type: t.to_string(),
-                        })?;
+                        f(node, edge, t)?;
                     }
                 }
                 None => {
@@ -809,11 +823,7 @@ impl<'t> GraphRead<'t> {
                             .map_err(|_| Error::Corrupt("edge type not UTF-8".into()))?;
                         for v in tree.values(key)? {
                             let (node, edge) = split_adjacency_value(v?)?;
-                            f(Neighbour {
-                                node,
-                                edge,
-                                edge_type: t.to_string(),
-                            })?;
+                            f(node, edge, t)?;
                         }
                     }
                 }

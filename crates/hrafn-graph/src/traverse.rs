@@ -11,8 +11,8 @@
 
 use crate::error::{Error, Result};
 use crate::graph::{Direction, GraphRead, Neighbour, Node};
-use std::cmp::Ordering;
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
 /// The smallest breadth-first level [`Traversal::threads`] splits: below it, starting
@@ -90,20 +90,28 @@ impl<'f> Traversal<'f> {
 }
 
 impl GraphRead<'_> {
-    /// The neighbours a traversal may step to from `id`.
-    fn steps(&self, id: u64, t: &Traversal<'_>) -> Result<Vec<Neighbour>> {
+    /// The steps a traversal may take from `id`, as (neighbour, edge). A `Neighbour` is
+    /// built only for an edge filter to judge.
+    fn steps(&self, id: u64, t: &Traversal<'_>) -> Result<Vec<(u64, u64)>> {
         let mut out = Vec::new();
-        let mut take = |n: Neighbour| {
-            if t.edge_filter.is_none_or(|f| f(&n)) {
-                out.push(n);
+        let mut take = |node: u64, edge: u64, edge_type: &str| {
+            let passes = t.edge_filter.is_none_or(|f| {
+                f(&Neighbour {
+                    node,
+                    edge,
+                    edge_type: edge_type.to_string(),
+                })
+            });
+            if passes {
+                out.push((node, edge));
             }
             Ok(())
         };
         if t.edge_types.is_empty() {
-            self.for_each_neighbour(id, t.direction, None, &mut take)?;
+            self.visit_adjacency(id, t.direction, None, &mut take)?;
         } else {
             for ty in &t.edge_types {
-                self.for_each_neighbour(id, t.direction, Some(ty), &mut take)?;
+                self.visit_adjacency(id, t.direction, Some(ty), &mut take)?;
             }
         }
         Ok(out)
@@ -167,13 +175,13 @@ impl GraphRead<'_> {
                 }
             } else {
                 for id in frontier {
-                    for n in self.steps(id, t)? {
-                        if !seen.contains(&n.node) && self.admits(n.node, t)? {
-                            seen.insert(n.node);
-                            if reached(depth, id, n.node) {
+                    for (node, _) in self.steps(id, t)? {
+                        if !seen.contains(&node) && self.admits(node, t)? {
+                            seen.insert(node);
+                            if reached(depth, id, node) {
                                 return Ok(());
                             }
-                            next.push(n.node);
+                            next.push(node);
                         }
                     }
                 }
@@ -194,9 +202,9 @@ impl GraphRead<'_> {
         let mut out = Vec::new();
         let mut listed = HashSet::default();
         for &id in ids {
-            for n in self.steps(id, t)? {
-                if !seen.contains(&n.node) && listed.insert(n.node) && self.admits(n.node, t)? {
-                    out.push((id, n.node));
+            for (node, _) in self.steps(id, t)? {
+                if !seen.contains(&node) && listed.insert(node) && self.admits(node, t)? {
+                    out.push((id, node));
                 }
             }
         }
@@ -243,9 +251,9 @@ impl GraphRead<'_> {
                 continue;
             }
             let steps = self.steps(id, t)?;
-            for n in steps.into_iter().rev() {
-                if !seen.contains(&n.node) && self.admits(n.node, t)? {
-                    stack.push((n.node, depth + 1));
+            for (node, _) in steps.into_iter().rev() {
+                if !seen.contains(&node) && self.admits(node, t)? {
+                    stack.push((node, depth + 1));
                 }
             }
         }
@@ -360,21 +368,21 @@ impl GraphRead<'_> {
                 continue;
             }
             let next_hops = if limited { hops + 1 } else { 0 };
-            for n in self.steps(id, t)? {
-                if done.contains(&(n.node, next_hops)) || !self.admits(n.node, t)? {
+            for (node, edge) in self.steps(id, t)? {
+                if done.contains(&(node, next_hops)) || !self.admits(node, t)? {
                     continue;
                 }
                 let w = self
-                    .edge(n.edge)?
+                    .edge(edge)?
                     .and_then(|e| e.properties.get(weight_property).and_then(|v| v.as_f64()))
                     .unwrap_or(1.0)
                     .max(0.0);
                 let nd = d + w;
-                let state = (n.node, next_hops);
+                let state = (node, next_hops);
                 if dist.get(&state).is_none_or(|&old| nd < old) {
                     dist.insert(state, nd);
                     parent.insert(state, (id, hops));
-                    heap.push(Entry(nd, n.node, next_hops));
+                    heap.push(Entry(nd, node, next_hops));
                 }
             }
         }

@@ -6,12 +6,12 @@
 //! updates some live nodes' properties so that their records grow and move, and deletes
 //! the oldest batch with its edges (cascading). A reader walks 1-hop and 2-hop
 //! neighbourhoods from random live nodes throughout. Live data is bounded, so what a user
-//! needs after hours shows within a minute: sampled every 250 ms, the test asserts
+//! needs after hours shows within a minute: sampled every 250 ms (`hrafn::steady`), the test asserts
 //! - the data file stops growing: after the first third of the run it grows by at most
-//!   [`DATA_FILE_GROWTH`] (freed table sections and tree pages are reused);
-//! - journal files on disk stay under [`JOURNAL_FILES_BOUND`];
+//!   15% (freed table sections and tree pages are reused);
+//! - journal files on disk stay under 24;
 //! - the synced transaction id advances at least every 2 × the sync interval;
-//! - resident memory stays under [`RSS_BOUND_BYTES`];
+//! - resident memory stays under 512 MiB;
 //! - the writers keep their pace: no 5 s window below half the median window;
 //! - the reader's 2-hop p99 in the last third is at most [`READ_P99_GROWTH`] × the first
 //!   third's;
@@ -20,19 +20,17 @@
 //!
 //! `HRAFN_GRAPH_STEADY_SECS` sets the run's length (default 30).
 
-use hrafn::Options;
+use hrafn::{Options, steady};
 use hrafn_graph::{DeleteMode, Direction, Graph, Properties, Traversal, Value};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const SECS_VAR: &str = "HRAFN_GRAPH_STEADY_SECS";
 const DEFAULT_SECS: u64 = 30;
-const SAMPLE_EVERY: Duration = Duration::from_millis(250);
-const WINDOW: Duration = Duration::from_secs(5);
 
 const LIVE_NODES: usize = 20_000;
 const BATCH_NODES: usize = 200;
@@ -40,9 +38,6 @@ const EDGES_PER_NODE: usize = 8;
 const UPDATES_PER_ROUND: usize = 50;
 const TYPES: [&str; 2] = ["KNOWS", "FOLLOWS"];
 
-const DATA_FILE_GROWTH: f64 = 0.15;
-const JOURNAL_FILES_BOUND: u64 = 24;
-const RSS_BOUND_BYTES: u64 = 512 << 20;
 const READ_P99_GROWTH: f64 = 3.0;
 
 fn run_secs() -> u64 {
@@ -50,16 +45,6 @@ fn run_secs() -> u64 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(DEFAULT_SECS)
-}
-
-fn rss_bytes() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("status");
-    let kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .expect("VmRSS");
-    kib * 1024
 }
 
 fn person(n: u64, padding: usize) -> Properties {
@@ -83,16 +68,6 @@ impl Window {
     fn rebuild(&mut self) {
         self.live = self.batches.iter().flatten().copied().collect();
     }
-}
-
-#[derive(Clone, Copy)]
-struct Point {
-    t: Duration,
-    rounds: u64,
-    data_file_bytes: u64,
-    journal_files: u64,
-    synced_txn_id: u64,
-    rss_bytes: u64,
 }
 
 /// One writer round: a batch of nodes in, their edges, some records grown, the oldest
@@ -151,7 +126,10 @@ fn round(g: &Graph, window: &Mutex<Window>, rng: &mut StdRng, serial: u64) {
     if let Some(doomed) = doomed {
         g.write(|w| {
             for id in doomed {
-                assert!(w.delete_node(id, DeleteMode::Cascade)?, "node {id} was live");
+                assert!(
+                    w.delete_node(id, DeleteMode::Cascade)?,
+                    "node {id} was live"
+                );
             }
             Ok(())
         })
@@ -164,7 +142,6 @@ fn churn_reaches_a_steady_state_under_default_options() {
     let run_for = Duration::from_secs(run_secs());
     let dir = tempfile::tempdir().expect("tempdir");
     let options = Options::default();
-    let sync_interval = Duration::from_millis(options.sync_interval_ms);
     let g = Arc::new(Graph::open(dir.path(), options.clone()).expect("open"));
     g.write(|w| w.create_property_index("Person", "name"))
         .expect("index");
@@ -230,27 +207,15 @@ fn churn_reaches_a_steady_state_under_default_options() {
         })
     };
 
-    let started = Instant::now();
-    let mut points = Vec::new();
-    while started.elapsed() < run_for {
-        std::thread::sleep(SAMPLE_EVERY);
-        let stats = g.environment().stats();
-        points.push(Point {
-            t: started.elapsed(),
-            rounds: rounds.load(Ordering::Relaxed),
-            data_file_bytes: stats.data_file_size_bytes,
-            journal_files: std::fs::read_dir(dir.path().join("journal"))
-                .map_or(0, |d| d.count() as u64),
-            synced_txn_id: stats.synced_txn_id,
-            rss_bytes: rss_bytes(),
-        });
-    }
+    let points = steady::record(g.environment(), dir.path(), run_for, &|| {
+        rounds.load(Ordering::Relaxed)
+    });
     stop.store(true, Ordering::Relaxed);
     for w in writers {
         w.join().expect("writer");
     }
     let latencies = reader.join().expect("reader");
-    let total = points.last().expect("points").rounds;
+    let total = points.last().expect("points").progress;
     eprintln!(
         "{total} rounds in {:.1} s: {} nodes and {} edges added and deleted",
         run_for.as_secs_f64(),
@@ -263,77 +228,13 @@ fn churn_reaches_a_steady_state_under_default_options() {
         (total as usize * BATCH_NODES) as f64 / LIVE_NODES as f64
     );
 
-    let third = points.len() / 3;
-    let settled = points[third].data_file_bytes;
-    let last = points.last().expect("points").data_file_bytes;
-    eprintln!(
-        "data file {settled} bytes at {:.0} s, {last} at the end",
-        points[third].t.as_secs_f64()
-    );
-    assert!(
-        last as f64 <= settled as f64 * (1.0 + DATA_FILE_GROWTH),
-        "the data file grew from {settled} to {last} bytes after the first third"
-    );
-    let journals_peak = points.iter().map(|p| p.journal_files).max().unwrap_or(0);
-    let rss_peak = points.iter().map(|p| p.rss_bytes).max().unwrap_or(0);
-    eprintln!(
-        "journal files on disk at most {journals_peak}, resident memory at most {rss_peak} bytes"
-    );
-    assert!(
-        journals_peak <= JOURNAL_FILES_BOUND,
-        "{journals_peak} journal files"
-    );
-    assert!(rss_peak <= RSS_BOUND_BYTES, "resident memory {rss_peak} bytes");
-
-    let mut since = Duration::ZERO;
-    let mut longest = Duration::ZERO;
-    for w in points.windows(2) {
-        if w[1].synced_txn_id > w[0].synced_txn_id {
-            since = w[1].t;
-        }
-        longest = longest.max(w[1].t - since);
-    }
-    eprintln!("longest stretch without a sync: {:.1} s", longest.as_secs_f64());
-    assert!(longest <= 2 * sync_interval, "no sync for {longest:?}");
-
-    let per_window = WINDOW.as_millis() as usize / SAMPLE_EVERY.as_millis() as usize;
-    let windows: Vec<u64> = points
-        .chunks_exact(per_window)
-        .scan(0u64, |before, w| {
-            let end = w[w.len() - 1].rounds;
-            let n = end - *before;
-            *before = end;
-            Some(n)
-        })
-        .collect();
-    let mut sorted = windows.clone();
-    sorted.sort_unstable();
-    let median = sorted[sorted.len() / 2];
-    eprintln!("rounds per {} s window: {windows:?}", WINDOW.as_secs());
-    assert!(
-        windows.iter().all(|&w| w * 2 >= median),
-        "a window fell below half the median {median}: {windows:?}"
-    );
-
-    let p99 = |from: Duration, to: Duration| {
-        let mut v: Vec<Duration> = latencies
-            .iter()
-            .filter(|(at, _)| *at >= from && *at < to)
-            .map(|&(_, l)| l)
-            .collect();
-        v.sort_unstable();
-        v[(v.len() - 1) * 99 / 100]
-    };
-    let early = p99(Duration::ZERO, run_for / 3);
-    let late = p99(run_for * 2 / 3, run_for * 2);
-    eprintln!(
-        "reader p99 (1-hop and 2-hop): {:.2} ms in the first third, {:.2} ms in the last",
-        early.as_secs_f64() * 1e3,
-        late.as_secs_f64() * 1e3
-    );
-    assert!(
-        late.as_secs_f64() <= early.as_secs_f64() * READ_P99_GROWTH + 0.002,
-        "the reader's p99 grew from {early:?} to {late:?}"
+    steady::assert_steady(&points, &steady::Bounds::for_options(&options));
+    steady::assert_latency_flat(
+        "reader (1-hop and 2-hop)",
+        &latencies,
+        run_for,
+        READ_P99_GROWTH,
+        Duration::from_millis(2),
     );
 
     let live = window.lock().expect("window lock").live.clone();

@@ -8,13 +8,13 @@
 //! clock, so a run of a minute ingests days of monitoring data and passes through the
 //! retention window many times: what a user sees after weeks, this test sees.
 //!
-//! Sampled every 250 ms, it asserts:
+//! Sampled every 250 ms (`hrafn::steady`), it asserts:
 //! - the data file stops growing: after the first third of the run it grows by at most
-//!   [`DATA_FILE_GROWTH`], since retention frees as much as ingest adds and freed pages
+//!   15%, since retention frees as much as ingest adds and freed pages
 //!   are reused;
-//! - journal files on disk stay under [`JOURNAL_FILES_BOUND`];
+//! - journal files on disk stay under 24;
 //! - the synced transaction id advances at least every 2 × the sync interval;
-//! - resident memory stays under [`RSS_BOUND_BYTES`];
+//! - resident memory stays under 512 MiB;
 //! - ingest keeps its pace: no 5 s window below half the median window;
 //! - the query's p99 in the last third is at most [`QUERY_P99_GROWTH`] × the first
 //!   third's (data older than the retention period is gone, so the query does not slow
@@ -25,6 +25,7 @@
 //!
 //! `HRAFN_TS_STEADY_SECS` sets the run's length (default 40).
 
+use hrafn::steady;
 use hrafn_timeseries::text::parse_selector;
 use hrafn_timeseries::{Labels, Sample, SeriesId, Store, StoreOptions};
 use std::sync::Arc;
@@ -33,8 +34,6 @@ use std::time::{Duration, Instant};
 
 const SECS_VAR: &str = "HRAFN_TS_STEADY_SECS";
 const DEFAULT_SECS: u64 = 40;
-const SAMPLE_EVERY: Duration = Duration::from_millis(250);
-const WINDOW: Duration = Duration::from_secs(5);
 
 /// Series: 20 metric names × 100 instances.
 const METRICS: usize = 20;
@@ -48,9 +47,6 @@ const RETENTION_EVERY: Duration = Duration::from_millis(500);
 /// Scrapes per append call (a batch of scrapes, as a remote-write sender ships them).
 const SCRAPES_PER_APPEND: i64 = 4;
 
-const DATA_FILE_GROWTH: f64 = 0.15;
-const JOURNAL_FILES_BOUND: u64 = 24;
-const RSS_BOUND_BYTES: u64 = 512 << 20;
 const QUERY_P99_GROWTH: f64 = 3.0;
 
 fn run_secs() -> u64 {
@@ -58,20 +54,6 @@ fn run_secs() -> u64 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(DEFAULT_SECS)
-}
-
-fn rss_bytes() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("status");
-    let kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .expect("VmRSS");
-    kib * 1024
-}
-
-fn journal_files(dir: &std::path::Path) -> u64 {
-    std::fs::read_dir(dir.join("journal")).map_or(0, |d| d.count() as u64)
 }
 
 fn labels(metric: usize, instance: usize) -> Labels {
@@ -88,21 +70,11 @@ fn labels(metric: usize, instance: usize) -> Labels {
 
 /// The value of series `s` at scrape `n`: counters for even metrics, gauges for odd ones.
 fn value(s: usize, n: i64) -> f64 {
-    if (s / INSTANCES) % 2 == 0 {
+    if (s / INSTANCES).is_multiple_of(2) {
         (n * (s as i64 % 7 + 1)) as f64
     } else {
         ((n * 31 + s as i64 * 17) % 1000) as f64 / 10.0
     }
-}
-
-#[derive(Clone, Copy, Debug)]
-struct Point {
-    t: Duration,
-    appended: u64,
-    data_file_bytes: u64,
-    journal_files: u64,
-    synced_txn_id: u64,
-    rss_bytes: u64,
 }
 
 #[test]
@@ -110,7 +82,6 @@ fn ingest_with_retention_reaches_a_steady_state_under_default_options() {
     let run_for = Duration::from_secs(run_secs());
     let dir = tempfile::tempdir().expect("tempdir");
     let options = StoreOptions::default();
-    let sync_interval = Duration::from_millis(options.environment.sync_interval_ms);
     let store = Arc::new(Store::open(dir.path(), options.clone()).expect("open"));
     let all: Vec<Labels> = (0..SERIES)
         .map(|s| labels(s / INSTANCES, s % INSTANCES))
@@ -199,20 +170,9 @@ fn ingest_with_retention_reaches_a_steady_state_under_default_options() {
         })
     };
 
-    let started = Instant::now();
-    let mut points = Vec::new();
-    while started.elapsed() < run_for {
-        std::thread::sleep(SAMPLE_EVERY);
-        let stats = store.environment().stats();
-        points.push(Point {
-            t: started.elapsed(),
-            appended: appended.load(Ordering::Relaxed),
-            data_file_bytes: stats.data_file_size_bytes,
-            journal_files: journal_files(dir.path()),
-            synced_txn_id: stats.synced_txn_id,
-            rss_bytes: rss_bytes(),
-        });
-    }
+    let points = steady::record(store.environment(), dir.path(), run_for, &|| {
+        appended.load(Ordering::Relaxed)
+    });
     stop.store(true, Ordering::Relaxed);
     for t in threads {
         t.join().expect("ingest thread");
@@ -220,7 +180,7 @@ fn ingest_with_retention_reaches_a_steady_state_under_default_options() {
     let chunks_dropped = retention.join().expect("retention thread");
     let latencies = query.join().expect("query thread");
 
-    let total = points.last().expect("points").appended;
+    let total = points.last().expect("points").progress;
     let simulated_ms = clocks[0].load(Ordering::Relaxed) - start_ms;
     eprintln!(
         "{total} samples in {:.1} s ({:.0}/s), {:.1} simulated days, {chunks_dropped} chunks dropped by retention",
@@ -235,93 +195,14 @@ fn ingest_with_retention_reaches_a_steady_state_under_default_options() {
     );
     assert!(chunks_dropped > 0, "retention dropped no chunk");
 
-    // The data file stops growing.
-    let third = points.len() / 3;
-    let settled = points[third].data_file_bytes;
-    let last = points.last().expect("points").data_file_bytes;
-    eprintln!(
-        "data file {settled} bytes at {:.0} s, {last} at the end",
-        points[third].t.as_secs_f64()
-    );
-    assert!(
-        last as f64 <= settled as f64 * (1.0 + DATA_FILE_GROWTH),
-        "the data file grew from {settled} to {last} bytes after the first third"
-    );
-
-    // Journals bounded, memory bounded.
-    let journals_peak = points.iter().map(|p| p.journal_files).max().unwrap_or(0);
-    let rss_peak = points.iter().map(|p| p.rss_bytes).max().unwrap_or(0);
-    eprintln!(
-        "journal files on disk at most {journals_peak}, resident memory at most {rss_peak} bytes"
-    );
-    assert!(
-        journals_peak <= JOURNAL_FILES_BOUND,
-        "{journals_peak} journal files on disk"
-    );
-    assert!(
-        rss_peak <= RSS_BOUND_BYTES,
-        "resident memory reached {rss_peak} bytes"
-    );
-
-    // Syncs keep moving.
-    let mut since = Duration::ZERO;
-    let mut longest = Duration::ZERO;
-    for w in points.windows(2) {
-        if w[1].synced_txn_id > w[0].synced_txn_id {
-            since = w[1].t;
-        }
-        longest = longest.max(w[1].t - since);
-    }
-    eprintln!(
-        "longest stretch without a sync: {:.1} s",
-        longest.as_secs_f64()
-    );
-    assert!(
-        longest <= 2 * sync_interval,
-        "no sync for {:.1} s",
-        longest.as_secs_f64()
-    );
-
-    // Ingest keeps its pace, window by window.
-    let per_window = WINDOW.as_millis() as usize / SAMPLE_EVERY.as_millis() as usize;
-    let windows: Vec<u64> = points
-        .chunks_exact(per_window)
-        .scan(0u64, |before, w| {
-            let end = w[w.len() - 1].appended;
-            let n = end - *before;
-            *before = end;
-            Some(n)
-        })
-        .collect();
-    let mut sorted = windows.clone();
-    sorted.sort_unstable();
-    let median = sorted[sorted.len() / 2];
-    eprintln!("samples per {} s window: {windows:?}", WINDOW.as_secs());
-    assert!(
-        windows.iter().all(|&w| w * 2 >= median),
-        "a window fell below half the median {median}: {windows:?}"
-    );
-
+    steady::assert_steady(&points, &steady::Bounds::for_options(&options.environment));
     // The selective query does not slow down as the days pass.
-    let p99 = |from: Duration, to: Duration| {
-        let mut v: Vec<Duration> = latencies
-            .iter()
-            .filter(|(at, _)| *at >= from && *at < to)
-            .map(|&(_, l)| l)
-            .collect();
-        v.sort_unstable();
-        v[(v.len() - 1) * 99 / 100]
-    };
-    let early = p99(Duration::ZERO, run_for / 3);
-    let late = p99(run_for * 2 / 3, run_for * 2);
-    eprintln!(
-        "selective query p99: {:.2} ms in the first third, {:.2} ms in the last",
-        early.as_secs_f64() * 1e3,
-        late.as_secs_f64() * 1e3
-    );
-    assert!(
-        late.as_secs_f64() <= early.as_secs_f64() * QUERY_P99_GROWTH + 0.002,
-        "the query's p99 grew from {early:?} to {late:?}"
+    steady::assert_latency_flat(
+        "selective query",
+        &latencies,
+        run_for,
+        QUERY_P99_GROWTH,
+        Duration::from_millis(2),
     );
 
     // Retention left nothing older than the window but the chunks straddling the cutoff.

@@ -65,6 +65,9 @@ pub mod limits;
 mod metrics;
 pub mod multi;
 pub mod report;
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub mod steady;
 pub mod storage;
 mod sync;
 pub mod table;
