@@ -4,9 +4,10 @@
 //! Two threads append scrape-sized batches (each its half of [`SERIES`] series, one sample
 //! per series every simulated 15 s), a third applies retention, keeping
 //! [`RETENTION_MS`] of simulated time, and a fourth runs a selective query over the newest
-//! hour throughout. The simulated clock runs about a hundred times faster than the wall
+//! hour throughout. The simulated clock runs thousands of times faster than the wall
 //! clock, so a run of a minute ingests days of monitoring data and passes through the
-//! retention window many times: what a user sees after weeks, this test sees.
+//! retention window many times (the wall-clock schedules, flush and sync, run as they
+//! would for a user).
 //!
 //! Sampled every 250 ms (`hrafn::steady`), it asserts:
 //! - the data file stops growing: after the first third of the run it grows by at most
