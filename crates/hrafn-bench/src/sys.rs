@@ -34,29 +34,6 @@ fn parse_vm_hwm(status: &str) -> Option<u64> {
     Some(kib * 1024)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn vm_hwm_parses() {
-        let status = "Name:\tx\nVmPeak:\t  2000 kB\nVmHWM:\t    1234 kB\nVmRSS:\t 1000 kB\n";
-        assert_eq!(parse_vm_hwm(status), Some(1234 * 1024));
-        assert_eq!(parse_vm_hwm("Name:\tx\n"), None);
-        assert!(peak_rss_bytes().is_some_and(|b| b > 0));
-    }
-
-    #[test]
-    fn dir_bytes_sums_files() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        std::fs::write(dir.path().join("a"), [0u8; 100]).expect("write a");
-        std::fs::create_dir(dir.path().join("sub")).expect("mkdir");
-        std::fs::write(dir.path().join("sub/b"), [0u8; 23]).expect("write b");
-        assert_eq!(dir_bytes(dir.path()).expect("dir_bytes"), 123);
-        assert_eq!(dir_bytes(&dir.path().join("missing")).expect("missing"), 0);
-    }
-}
-
 /// A memory control group made for a child process (inside this process's own group),
 /// removed when dropped.
 pub struct MemoryGroup {
@@ -111,5 +88,59 @@ impl Drop for MemoryGroup {
     fn drop(&mut self) {
         // Fails only while a process is still in it; the child has exited by then.
         let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vm_hwm_parses() {
+        let status = "Name:\tx\nVmPeak:\t  2000 kB\nVmHWM:\t    1234 kB\nVmRSS:\t 1000 kB\n";
+        assert_eq!(parse_vm_hwm(status), Some(1234 * 1024));
+        assert_eq!(parse_vm_hwm("Name:\tx\n"), None);
+        assert!(peak_rss_bytes().is_some_and(|b| b > 0));
+    }
+
+    #[test]
+    fn dir_bytes_sums_files() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("a"), [0u8; 100]).expect("write a");
+        std::fs::create_dir(dir.path().join("sub")).expect("mkdir");
+        std::fs::write(dir.path().join("sub/b"), [0u8; 23]).expect("write b");
+        assert_eq!(dir_bytes(dir.path()).expect("dir_bytes"), 123);
+        assert_eq!(dir_bytes(&dir.path().join("missing")).expect("missing"), 0);
+    }
+
+    /// Where a group can be made (root in a container), a child joining it is charged
+    /// there and the group goes away when dropped; elsewhere `create` says so with `None`.
+    #[test]
+    fn memory_group_limits_a_child_and_is_removed() {
+        let Some(group) = MemoryGroup::create(64 << 20) else {
+            return;
+        };
+        let dir = group.dir().to_path_buf();
+        let limit = ["memory.max", "memory.limit_in_bytes"]
+            .iter()
+            .find_map(|f| std::fs::read_to_string(dir.join(f)).ok())
+            .expect("a limit file");
+        assert_eq!(limit.trim().parse::<u64>().ok(), Some(64 << 20));
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .expect("child");
+        std::fs::write(dir.join("cgroup.procs"), child.id().to_string()).expect("move the child");
+        let procs = std::fs::read_to_string(dir.join("cgroup.procs")).expect("procs");
+        assert!(
+            procs.lines().any(|l| l == child.id().to_string()),
+            "{procs}"
+        );
+        child.kill().expect("kill");
+        child.wait().expect("wait");
+        // The kernel empties the group's process list once the child is reaped.
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        drop(group);
+        assert!(!dir.exists(), "the group was removed");
     }
 }
