@@ -379,22 +379,25 @@ fn append_to_heads(
     out: &mut HeadOutput,
 ) -> Result<Vec<usize>> {
     let mut head = wtx.open_tree(TREE_HEAD)?;
-    let mut stale = Vec::new();
-    for &row in pending {
-        let Some(id) = ids[row] else { continue };
-        let sample = rows[row].1;
-        // The open chunk is changed where it lies in the page: one descent per sample, and
-        // the journal records only the bytes the append touched.
-        let mut outcome: Result<()> = Ok(());
-        let found = head.update_in_place(id_key(id), |open| {
-            outcome = append_one(open, id, sample, window_ms, out);
-        })?;
-        if !found {
-            stale.push(row);
+    // In series order (stable: a series' samples keep their order), so that series whose
+    // open chunks share a leaf share one descent.
+    let mut order: Vec<(u64, usize)> = pending
+        .iter()
+        .filter_map(|&row| ids[row].map(|id| (id, row)))
+        .collect();
+    order.sort_by_key(|&(id, _)| id);
+    let keys: Vec<[u8; 8]> = order.iter().map(|&(id, _)| id_key(id)).collect();
+    // The open chunk is changed where it lies in the page: the journal records only the
+    // bytes the append touched.
+    let mut outcome: Result<()> = Ok(());
+    let absent = head.update_in_place_each(&keys, |i, open| {
+        let (id, row) = order[i];
+        if outcome.is_ok() {
+            outcome = append_one(open, id, rows[row].1, window_ms, out);
         }
-        outcome?;
-    }
-    Ok(stale)
+    })?;
+    outcome?;
+    Ok(absent.into_iter().map(|i| order[i].1).collect())
 }
 
 /// Appends `sample` to series `id`'s open chunk `open` (sealing it when full), or sets it

@@ -331,3 +331,67 @@ fn read_ahead_off_advises_the_data_file_mapping_random() {
         }
     }
 }
+
+/// `update_in_place_each` gives what one `update_in_place` per key gives, whatever the
+/// order of the keys (ascending, descending, shuffled, repeated, absent ones among them),
+/// over many leaves, with overflow values in the mix; absent keys are reported by index.
+#[test]
+fn update_in_place_each_matches_one_update_per_key() {
+    use std::collections::BTreeMap;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = Environment::open(dir.path(), options()).expect("open");
+    let key = |i: u32| format!("key-{i:06}").into_bytes();
+    let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+    let mut wtx = env.begin_write().expect("write");
+    {
+        let mut t = wtx.open_tree("t").expect("tree");
+        // Every third key absent; every 97th value in overflow pages.
+        for i in (0..6000u32).filter(|i| i % 3 != 0) {
+            let len = if i % 97 == 1 { 5000 } else { 40 };
+            let value = vec![(i % 251) as u8; len];
+            t.insert(key(i), &value).expect("insert");
+            model.insert(key(i), value);
+        }
+        let mut seed = 7u64;
+        let mut orders: Vec<Vec<u32>> = vec![
+            (0..6000).collect(),
+            (0..6000).rev().collect(),
+            (0..3000).flat_map(|i| [i, i]).collect(),
+        ];
+        let mut shuffled: Vec<u32> = (0..6000).collect();
+        for i in (1..shuffled.len()).rev() {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            shuffled.swap(i, (seed >> 33) as usize % (i + 1));
+        }
+        orders.push(shuffled);
+        for (round, order) in orders.iter().enumerate() {
+            let keys: Vec<Vec<u8>> = order.iter().map(|&i| key(i)).collect();
+            let bump = |v: &mut [u8]| {
+                for b in v.iter_mut() {
+                    *b = b.wrapping_add(round as u8 + 1);
+                }
+            };
+            let absent = t
+                .update_in_place_each(&keys, |_, v| bump(v))
+                .expect("update each");
+            let mut want_absent = Vec::new();
+            for (n, k) in keys.iter().enumerate() {
+                match model.get_mut(k) {
+                    Some(v) => bump(v),
+                    None => want_absent.push(n),
+                }
+            }
+            assert_eq!(absent, want_absent, "round {round}");
+            for (k, v) in &model {
+                assert_eq!(t.get(k).expect("get"), Some(v.as_slice()), "round {round}");
+            }
+        }
+    }
+    wtx.commit().expect("commit");
+    let rtx = env.begin_read().expect("read");
+    let t = rtx.open_tree("t").expect("tree");
+    assert_eq!(t.len(), model.len() as u64);
+    for (k, v) in &model {
+        assert_eq!(t.get(k).expect("get"), Some(v.as_slice()));
+    }
+}

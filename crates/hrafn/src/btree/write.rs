@@ -252,6 +252,11 @@ pub(crate) enum InPlace {
 /// Hands the inline value of `key` to `f` to change in place (its length stays), in the
 /// transaction's copy of the leaf: one descent, and only the bytes `f` changes differ.
 ///
+/// `leaf_hint` is the leaf the previous call found (kept in it on return): when `key` lies
+/// between that leaf's first and last keys it belongs to that leaf (leaves partition the
+/// key space in order), so ascending keys skip the descent while they stay in one leaf.
+/// Valid while no page of the tree is freed: whoever removes entries must drop it.
+///
 /// # Errors
 /// Damaged pages.
 pub(crate) fn update_in_place<S: PageStore>(
@@ -259,9 +264,17 @@ pub(crate) fn update_in_place<S: PageStore>(
     tree: &TreeHeader,
     key: &[u8],
     f: &mut dyn FnMut(&mut [u8]),
+    leaf_hint: &mut Option<u64>,
 ) -> Result<InPlace> {
-    let mut path = Path::new();
-    let leaf = descend(store, tree.root_page, key, &mut path)?;
+    let hinted = match *leaf_hint {
+        Some(leaf) if leaf_covers(store.page(leaf)?, key, leaf)? => Some(leaf),
+        _ => None,
+    };
+    let leaf = match hinted {
+        Some(leaf) => leaf,
+        None => descend(store, tree.root_page, key, &mut Path::new())?,
+    };
+    *leaf_hint = Some(leaf);
     let Ok(i) = node::search(store.page(leaf)?, key, true, leaf)? else {
         return Ok(InPlace::Absent);
     };
@@ -275,6 +288,18 @@ pub(crate) fn update_in_place<S: PageStore>(
     };
     f(&mut store.page_mut(leaf)?[range]);
     Ok(InPlace::Updated)
+}
+
+/// Whether `page` is a leaf whose first and last keys enclose `key`.
+fn leaf_covers(page: &[u8], key: &[u8], page_number: u64) -> Result<bool> {
+    node::validate_header(page, page_number)?;
+    if !node::is_leaf(page, page_number)? {
+        return Ok(false);
+    }
+    let n = node::count(page);
+    Ok(n > 0
+        && node::key(page, 0, true, page_number)? <= key
+        && key <= node::key(page, n - 1, true, page_number)?)
 }
 
 /// Removes `key`. Returns true if it was present.

@@ -1028,12 +1028,55 @@ impl<'t, 'env> TreeMut<'t, 'env> {
         key: impl AsRef<[u8]>,
         mut f: impl FnMut(&mut [u8]),
     ) -> Result<bool> {
-        let key = key.as_ref();
+        self.update_in_place_hinted(key.as_ref(), &mut f, &mut None)
+    }
+
+    /// [`TreeMut::update_in_place`] for each of `keys`: `f(i, value)` changes the value of
+    /// the `i`-th key in place. Returns the indices of the keys that are absent (`f` is not
+    /// called for them). Any order is correct; in ascending order, keys that fall in one
+    /// leaf share one descent (a batch of counters or open chunks, sorted by key).
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let env = hrafn::Environment::open(dir.path(), hrafn::Options::default())?;
+    /// let mut wtx = env.begin_write()?;
+    /// let mut tree = wtx.open_tree("counters")?;
+    /// tree.insert(b"a", [1])?;
+    /// tree.insert(b"c", [3])?;
+    /// let absent = tree.update_in_place_each(&[&b"a"[..], b"b", b"c"], |_, v| v[0] += 10)?;
+    /// assert_eq!(absent, vec![1]);
+    /// assert_eq!(tree.get(b"c")?, Some(&[13u8][..]));
+    /// # Ok::<(), hrafn::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`TreeMut::update_in_place`].
+    pub fn update_in_place_each<K: AsRef<[u8]>>(
+        &mut self,
+        keys: &[K],
+        mut f: impl FnMut(usize, &mut [u8]),
+    ) -> Result<Vec<usize>> {
+        let mut absent = Vec::new();
+        let mut leaf_hint = None;
+        for (i, key) in keys.iter().enumerate() {
+            if !self.update_in_place_hinted(key.as_ref(), &mut |v| f(i, v), &mut leaf_hint)? {
+                absent.push(i);
+            }
+        }
+        Ok(absent)
+    }
+
+    fn update_in_place_hinted(
+        &mut self,
+        key: &[u8],
+        f: &mut dyn FnMut(&mut [u8]),
+        leaf_hint: &mut Option<u64>,
+    ) -> Result<bool> {
         if key.len() > KEY_SIZE_MAX_BYTES {
             return Ok(false);
         }
         let header = self.header();
-        match tree_write::update_in_place(self.txn, &header, key, &mut f)? {
+        match tree_write::update_in_place(self.txn, &header, key, f, leaf_hint)? {
             tree_write::InPlace::Updated => Ok(true),
             tree_write::InPlace::Absent => Ok(false),
             tree_write::InPlace::Tree => Err(Error::WrongTreeKind {
@@ -1042,6 +1085,8 @@ impl<'t, 'env> TreeMut<'t, 'env> {
                 wanted: "a value".into(),
             }),
             tree_write::InPlace::Overflow => {
+                // Rewriting an overflow value may move pages: the leaf hint goes.
+                *leaf_hint = None;
                 let mut value = self.get(key)?.map(<[u8]>::to_vec).unwrap_or_default();
                 f(&mut value);
                 self.insert(key, &value)?;
