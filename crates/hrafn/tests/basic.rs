@@ -360,7 +360,9 @@ fn update_in_place_each_matches_one_update_per_key() {
         ];
         let mut shuffled: Vec<u32> = (0..6000).collect();
         for i in (1..shuffled.len()).rev() {
-            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             shuffled.swap(i, (seed >> 33) as usize % (i + 1));
         }
         orders.push(shuffled);
