@@ -8,7 +8,7 @@
 //! neighbourhoods from random live nodes throughout. Live data is bounded, so what a user
 //! needs after hours shows within a minute: sampled every 250 ms (`hrafn::steady`), the test asserts
 //! - the data file stops growing: after the first third of the run it grows by at most
-//!   15% (freed table sections and tree pages are reused);
+//!   one growth step (freed table sections and tree pages are reused);
 //! - journal files on disk stay under 24;
 //! - the synced transaction id advances at least every 2 × the sync interval;
 //! - resident memory stays under 512 MiB;
