@@ -838,24 +838,26 @@ fn systemd_scope_works() -> bool {
 
 fn larger_than_memory(dir: &Path, nodes: usize, limit_mib: u64) -> Result<()> {
     let exe = std::env::current_exe().context("locating this binary")?;
-    let mut child = std::process::Command::new(&exe);
+    // Made here, removed (when dropped) after the child exits.
     let group = crate::sys::MemoryGroup::create(limit_mib << 20);
-    if let Some(group) = &group {
-        child.arg("graph-cold").arg("--cgroup").arg(group.dir());
+    let mut child = if let Some(group) = &group {
+        let mut c = std::process::Command::new(&exe);
+        c.arg("graph-cold").arg("--cgroup").arg(group.dir());
+        c
     } else if systemd_scope_works() {
-        child = std::process::Command::new("systemd-run");
-        child
-            .args(["--user", "--scope", "--quiet", "-p"])
+        let mut c = std::process::Command::new("systemd-run");
+        c.args(["--user", "--scope", "--quiet", "-p"])
             .arg(format!("MemoryMax={limit_mib}M"))
             .arg("--")
-            .arg(exe)
+            .arg(&exe)
             .arg("graph-cold");
+        c
     } else {
         println!(
             "(no memory control group can be made here, so no limit of {limit_mib} MiB is enforced: the data file's pages are dropped from the page cache before each walk instead)"
         );
         return cold(dir, nodes, Cold::EachWalk);
-    }
+    };
     let status = child
         .arg("--dir")
         .arg(dir)

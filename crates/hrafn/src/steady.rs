@@ -77,6 +77,11 @@ pub fn rss_bytes() -> u64 {
         .unwrap_or(0)
 }
 
+/// Journal files on disk in the environment directory `dir`, spares included.
+pub fn journal_files_on_disk(dir: &Path) -> u64 {
+    std::fs::read_dir(dir.join("journal")).map_or(0, |entries| entries.count() as u64)
+}
+
 /// Samples `env` (stored in `dir`) every [`SAMPLE_EVERY`] for `run_for`.
 pub fn record(
     env: &Environment,
@@ -93,7 +98,7 @@ pub fn record(
             t: started.elapsed(),
             progress: progress(),
             data_file_bytes: stats.data_file_size_bytes,
-            journal_files: std::fs::read_dir(dir.join("journal")).map_or(0, |d| d.count() as u64),
+            journal_files: journal_files_on_disk(dir),
             synced_txn_id: stats.synced_txn_id,
             rss_bytes: rss_bytes(),
         });

@@ -33,6 +33,7 @@
 mod common;
 
 use common::mix;
+use hrafn::steady::{journal_files_on_disk, rss_bytes};
 use hrafn::table::Schema;
 use hrafn::{Environment, Options, WriteBatch};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -172,18 +173,6 @@ fn say(line: &str) {
 fn child_fail(message: &str) -> ! {
     say(&format!("FAIL {message}"));
     std::process::exit(3);
-}
-
-fn rss_bytes() -> u64 {
-    // statm: size resident shared text lib data dt, in pages.
-    std::fs::read_to_string("/proc/self/statm")
-        .ok()
-        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
-        .map_or(0, |pages| pages * 4096)
-}
-
-fn journal_files_on_disk(dir: &Path) -> u64 {
-    std::fs::read_dir(dir.join("journal")).map_or(0, |entries| entries.count() as u64)
 }
 
 fn small_key(w: u64, i: u64) -> Vec<u8> {
