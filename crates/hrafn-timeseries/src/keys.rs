@@ -30,7 +30,7 @@ pub const META_NEXT_SERIES_ID: &[u8] = b"next_series_id";
 /// Meta key of the layout version (u32 big-endian).
 pub const META_LAYOUT_VERSION: &[u8] = b"layout_version";
 /// The layout this code writes and reads.
-pub const LAYOUT_VERSION: u32 = 1;
+pub const LAYOUT_VERSION: u32 = 2;
 
 /// Value bytes of an out-of-order sample (`f64` bits, little-endian).
 pub const OOO_VALUE_BYTES: usize = 8;

@@ -1,8 +1,11 @@
 //! Tree edits: insert (with node splits), remove (with node merges), creation and drop.
 //!
 //! Splits of a node where the new entry lands at its very end put only the new entry in the
-//! right node, so sequential inserts leave full pages behind (LMDB does the same); other
-//! splits balance bytes. A node below a quarter full merges with a sibling when both fit
+//! right node, so sequential inserts leave full pages behind (LMDB does the same). A split
+//! of a leaf where the new entry lands right after the previous insert (an ascending run in
+//! the middle of the tree, as when a range is rewritten in order) cuts just after the new
+//! entry, so the run goes on into the left page's free end and then into fresh pages it
+//! fills, as InnoDB does; other splits balance bytes. A node below a quarter full merges with a sibling when both fit
 //! in one page; a branch root left with no separator is replaced by its only child.
 //!
 //! Sequential inserts skip the descent: an insert that lands at the end of the rightmost
@@ -80,9 +83,20 @@ fn descend<S: PageStore>(store: &S, root: u64, key: &[u8], path: &mut Path) -> R
 /// and its binary searches. Valid only while inserts through [`insert_hinted`] are the only
 /// changes to the tree; whoever changes it otherwise must drop the hint.
 #[derive(Clone, Copy)]
-pub struct AppendHint {
+struct AppendHint {
     leaf: u64,
     path: Path,
+}
+
+/// What the last insert into a tree leaves for the next one: where a larger key can go
+/// without a descent ([`AppendHint`]), and where the new entry went, which tells an
+/// ascending run. Only the first must be exact; a stale position only picks a worse split
+/// point. Whoever changes the tree other than through [`insert_hinted`] drops the hint.
+#[derive(Clone, Copy, Default)]
+pub struct InsertHint {
+    append: Option<AppendHint>,
+    /// Leaf page and slot of the last entry inserted.
+    last: Option<(u64, usize)>,
 }
 
 /// Inserts or replaces `key`. Returns true if a value was replaced.
@@ -95,10 +109,10 @@ pub fn insert<S: PageStore>(
     key: &[u8],
     value: &[u8],
 ) -> Result<bool> {
-    insert_hinted(store, tree, key, value, &mut None)
+    insert_hinted(store, tree, key, value, &mut InsertHint::default())
 }
 
-/// [`insert`], using and updating an [`AppendHint`] for `tree`.
+/// [`insert`], using and updating an [`InsertHint`] for `tree`.
 ///
 /// # Errors
 /// As [`insert`].
@@ -107,7 +121,7 @@ pub fn insert_hinted<S: PageStore>(
     tree: &mut TreeHeader,
     key: &[u8],
     value: &[u8],
-    hint: &mut Option<AppendHint>,
+    hint: &mut InsertHint,
 ) -> Result<bool> {
     insert_entry(store, tree, key, NewEntry::Value(value), hint)
 }
@@ -134,10 +148,11 @@ pub(crate) fn insert_entry<S: PageStore>(
     tree: &mut TreeHeader,
     key: &[u8],
     entry: NewEntry<'_>,
-    hint: &mut Option<AppendHint>,
+    hint: &mut InsertHint,
 ) -> Result<bool> {
     debug_assert!(key.len() <= crate::limits::KEY_SIZE_MAX_BYTES);
-    let at_end = match hint.take() {
+    let last = hint.last.take();
+    let at_end = match hint.append.take() {
         Some(h) => appends_at(store.page(h.leaf)?, key, h.leaf)?.map(|i| (h, i)),
         None => None,
     };
@@ -201,7 +216,10 @@ pub(crate) fn insert_entry<S: PageStore>(
     };
     let appended = index == node::count(store.page(leaf)?);
     let path_before = path;
-    insert_into_leaf(store, tree, &mut path, leaf, index, key, &stored)?;
+    let ascending = found.is_err() && last == Some((leaf, index.wrapping_sub(1)));
+    hint.last = Some(insert_into_leaf(
+        store, tree, &mut path, leaf, index, key, &stored, ascending,
+    )?);
     if found.is_err() {
         tree.entry_count += 1;
     }
@@ -211,7 +229,7 @@ pub(crate) fn insert_entry<S: PageStore>(
         let page = store.page(leaf)?;
         let n = node::count(page);
         if n > 0 && node::key(page, n - 1, true, leaf)? == key {
-            *hint = Some(AppendHint {
+            hint.append = Some(AppendHint {
                 leaf,
                 path: path_before,
             });
@@ -440,14 +458,21 @@ enum Pending {
 }
 
 /// Picks the split point of `sizes` (entry sizes in order, the new one included): the index
-/// of the first entry that moves right.
-fn split_point(sizes: &[usize], new_index: usize) -> usize {
+/// of the first entry that moves right. `ascending`: the new entry continues a run of
+/// inserts, so it ends the left node when both sides fit.
+fn split_point(sizes: &[usize], new_index: usize, ascending: bool) -> usize {
     let n = sizes.len();
     assert!(n >= 2, "a split needs two entries");
     if new_index == n - 1 {
         return n - 1; // appending: keep the left node full
     }
     let total: usize = sizes.iter().sum();
+    if ascending {
+        let left: usize = sizes[..=new_index].iter().sum();
+        if left <= node::NODE_CAPACITY_BYTES && total - left <= node::NODE_CAPACITY_BYTES {
+            return new_index + 1;
+        }
+    }
     let (mut best, mut best_cost, mut left) = (1, usize::MAX, 0);
     for (k, size) in sizes.iter().enumerate().take(n - 1) {
         left += size;
@@ -460,6 +485,9 @@ fn split_point(sizes: &[usize], new_index: usize) -> usize {
     best
 }
 
+/// Inserts the entry at slot `index` of `leaf`, splitting it if it is full (see
+/// [`split_point`] for `ascending`). Returns the leaf and slot the entry went to.
+#[allow(clippy::too_many_arguments)]
 fn insert_into_leaf<S: PageStore>(
     store: &mut S,
     tree: &mut TreeHeader,
@@ -468,13 +496,14 @@ fn insert_into_leaf<S: PageStore>(
     index: usize,
     key: &[u8],
     value: &ValueRef<'_>,
-) -> Result<()> {
+    ascending: bool,
+) -> Result<(u64, usize)> {
     let need = node::leaf_entry_size(key.len(), value);
     {
         let page = store.page_mut(leaf)?;
         if make_room(page, need, true, leaf)? {
             node::insert_leaf(page, index, key, value);
-            return Ok(());
+            return Ok((leaf, index));
         }
     }
     // Split: lay the entries out as if inserted, then cut.
@@ -494,7 +523,7 @@ fn insert_into_leaf<S: PageStore>(
             Pending::New => need,
         });
     }
-    let cut = split_point(&sizes, index);
+    let cut = split_point(&sizes, index, ascending);
     let right = store.allocate(1, PageKind::Leaf)?;
     let separator: Vec<u8> = match order[cut] {
         Pending::Existing(j) => node::key(&old, j, true, leaf)?.to_vec(),
@@ -517,7 +546,12 @@ fn insert_into_leaf<S: PageStore>(
     };
     fill(store.page_mut(leaf)?, &order[..cut])?;
     fill(store.page_mut(right)?, &order[cut..])?;
-    insert_into_parent(store, tree, path, leaf, &separator, right)
+    insert_into_parent(store, tree, path, leaf, &separator, right)?;
+    Ok(if index < cut {
+        (leaf, index)
+    } else {
+        (right, index - cut)
+    })
 }
 
 fn insert_into_parent<S: PageStore>(
@@ -559,7 +593,7 @@ fn insert_into_parent<S: PageStore>(
         .map(|(k, _)| node::branch_entry_size(k.len()))
         .collect();
     // The entry at `cut` moves up; its child becomes the right node's leftmost.
-    let cut = split_point(&sizes, child).min(entries.len() - 1);
+    let cut = split_point(&sizes, child, false).min(entries.len() - 1);
     let new_right = store.allocate(1, PageKind::Branch)?;
     {
         let page = store.page_mut(parent)?;
@@ -731,6 +765,45 @@ mod tests {
     }
 
     #[test]
+    fn an_ascending_run_in_the_middle_fills_pages() {
+        // Keys "a…" and "c…" first, then a run of "b…" between them, in order: the run's
+        // splits cut after its newest entry, so the run's pages end up full, not half full.
+        let prefixed = |prefix: char, i: u64| format!("{prefix}{i:015}").into_bytes();
+        let run_leaves = |ascending_splits: bool| {
+            let mut store = MemStore::default();
+            let mut tree = create(&mut store).expect("create");
+            for i in 0..2_000u64 {
+                insert(&mut store, &mut tree, &prefixed('a', i), &[1; 100]).expect("insert");
+                insert(&mut store, &mut tree, &prefixed('c', i), &[3; 100]).expect("insert");
+            }
+            let before = store.pages.len();
+            let mut hint = InsertHint::default();
+            for i in 0..20_000u64 {
+                if !ascending_splits {
+                    hint = InsertHint::default();
+                }
+                let k = prefixed('b', i);
+                insert_hinted(&mut store, &mut tree, &k, &[2; 100], &mut hint).expect("insert");
+            }
+            for i in (0..20_000u64).step_by(97) {
+                assert_eq!(
+                    get(&store, tree.root_page, &prefixed('b', i)).expect("get"),
+                    Some(&[2; 100][..])
+                );
+            }
+            assert_eq!(tree.entry_count, 24_000);
+            store.pages.len() - before
+        };
+        let (with, without) = (run_leaves(true), run_leaves(false));
+        // 125 bytes an entry: 65 to a full page, so 20,000 take about 308 pages.
+        assert!(with < 20_000 / 60, "{with} pages for the run");
+        assert!(
+            without > 20_000 / 40,
+            "{without} pages without the hint: half full"
+        );
+    }
+
+    #[test]
     fn a_value_of_the_same_length_is_overwritten_in_place() {
         let mut store = MemStore::default();
         let mut tree = create(&mut store).expect("create");
@@ -815,7 +888,7 @@ mod tests {
         // removes (which drop the hint), across many splits of the rightmost path.
         let mut store = MemStore::default();
         let mut tree = create(&mut store).expect("create");
-        let mut hint = None;
+        let mut hint = InsertHint::default();
         let mut model = BTreeMap::new();
         let (mut hinted, mut next) = (0u32, 0u64);
         let mut x = 0x2545_f491_4f6c_dd1du64;
@@ -831,7 +904,7 @@ mod tests {
                 }
             };
             if x % 50 == 1 {
-                hint = None;
+                hint = InsertHint::default();
                 assert_eq!(
                     remove(&mut store, &mut tree, &k).expect("remove"),
                     model.remove(&k).is_some()
@@ -839,7 +912,7 @@ mod tests {
                 continue;
             }
             let v = vec![step as u8; (x % 200) as usize];
-            let had_hint = hint.is_some();
+            let had_hint = hint.append.is_some();
             let replaced = insert_hinted(&mut store, &mut tree, &k, &v, &mut hint).expect("insert");
             hinted += u32::from(had_hint);
             assert_eq!(replaced, model.insert(k, v).is_some());

@@ -41,7 +41,13 @@ fn store_embedded<S: PageStore>(
         bytes.len() <= EMBEDDED_SET_MAX_BYTES,
         "an embedded set within its limit"
     );
-    tree_write::insert_entry(store, tree, key, NewEntry::Value(&bytes), &mut None)?;
+    tree_write::insert_entry(
+        store,
+        tree,
+        key,
+        NewEntry::Value(&bytes),
+        &mut tree_write::InsertHint::default(),
+    )?;
     Ok(())
 }
 
@@ -51,14 +57,20 @@ fn store_tree<S: PageStore>(
     key: &[u8],
     set: &TreeHeader,
 ) -> Result<()> {
-    tree_write::insert_entry(store, tree, key, NewEntry::Tree(&set.encode()), &mut None)?;
+    tree_write::insert_entry(
+        store,
+        tree,
+        key,
+        NewEntry::Tree(&set.encode()),
+        &mut tree_write::InsertHint::default(),
+    )?;
     Ok(())
 }
 
 /// A new set tree holding `values` (ascending).
 fn new_set_tree<S: PageStore>(store: &mut S, values: &[&[u8]]) -> Result<TreeHeader> {
     let mut set = tree_write::create(store)?;
-    let mut hint = None;
+    let mut hint = tree_write::InsertHint::default();
     for value in values {
         tree_write::insert_hinted(store, &mut set, value, &[], &mut hint)?;
     }

@@ -304,7 +304,7 @@ impl<'env> WriteTxn<'env> {
                 &mut tree,
                 &key,
                 NewEntry::Tree(&header.encode()),
-                &mut None,
+                &mut tree_write::InsertHint::default(),
             )?;
         }
         view.header = TreeHeader {

@@ -82,7 +82,7 @@ pub(crate) struct OpenTree {
     pub(crate) header: TreeHeader,
     pub(crate) changed: bool,
     /// Where sequential inserts can go without a descent; dropped by any other change.
-    append_hint: Option<tree_write::AppendHint>,
+    insert_hint: tree_write::InsertHint,
     /// The same for a fixed-size tree.
     pub(crate) fixed_append_hint: Option<crate::fixed::write::AppendHint>,
     /// A nested fixed-size tree embedded in its parent's entry: its entries (the header's
@@ -353,7 +353,7 @@ impl<'env> WriteTxn<'env> {
             parent: None,
             header,
             changed: false,
-            append_hint: None,
+            insert_hint: tree_write::InsertHint::default(),
             fixed_append_hint: None,
             embedded: None,
         });
@@ -383,7 +383,7 @@ impl<'env> WriteTxn<'env> {
             parent: None,
             header,
             changed: true,
-            append_hint: None,
+            insert_hint: tree_write::InsertHint::default(),
             fixed_append_hint: None,
             embedded: None,
         });
@@ -478,7 +478,7 @@ impl<'env> WriteTxn<'env> {
             parent: Some((parent, key.into())),
             header,
             changed: false,
-            append_hint: None,
+            insert_hint: tree_write::InsertHint::default(),
             fixed_append_hint: None,
             embedded,
         });
@@ -508,8 +508,9 @@ impl<'env> WriteTxn<'env> {
         let mut parent_header = self.trees[parent].header;
         // An in-place replacement leaves the leaf where it was, but a new entry may split
         // it: the parent's append position is no longer known.
-        self.trees[parent].append_hint = None;
-        tree_write::insert_entry(self, &mut parent_header, key, entry, &mut None)?;
+        self.trees[parent].insert_hint = tree_write::InsertHint::default();
+        let mut hint = tree_write::InsertHint::default();
+        tree_write::insert_entry(self, &mut parent_header, key, entry, &mut hint)?;
         self.set_tree_header(parent, parent_header)
     }
 
@@ -978,9 +979,9 @@ impl<'t, 'env> TreeMut<'t, 'env> {
             });
         }
         let mut header = self.header();
-        let mut hint = self.txn.trees[self.index].append_hint.take();
+        let mut hint = std::mem::take(&mut self.txn.trees[self.index].insert_hint);
         let replaced = tree_write::insert_hinted(self.txn, &mut header, key, value, &mut hint)?;
-        self.txn.trees[self.index].append_hint = hint;
+        self.txn.trees[self.index].insert_hint = hint;
         self.set_header(header)?;
         Ok(replaced)
     }
@@ -994,7 +995,7 @@ impl<'t, 'env> TreeMut<'t, 'env> {
         if key.len() > KEY_SIZE_MAX_BYTES {
             return Ok(false);
         }
-        self.txn.trees[self.index].append_hint = None;
+        self.txn.trees[self.index].insert_hint = tree_write::InsertHint::default();
         let mut header = self.header();
         let removed = tree_write::remove(self.txn, &mut header, key)?;
         self.set_header(header)?;
