@@ -409,6 +409,18 @@ impl<'a, S: PageSource<'a>> Range<'a, S> {
     /// Tells nested trees from values without a second lookup.
     #[inline]
     pub(crate) fn next_entry(&mut self) -> Option<Result<MarkedEntry<'a>>> {
+        // Fast path, most steps of a forward scan: an inline value, not the leaf's last
+        // entry (stepping off it climbs the path), no back end to meet. The slow path
+        // below handles everything else, damaged entries included.
+        if let End::At(cursor) = &mut self.front
+            && matches!(self.back, End::Unstarted)
+            && cursor.index + 1 < node::count(cursor.leaf)
+            && let Some((key, value)) = node::leaf_inline_entry(cursor.leaf, cursor.index)
+            && self.end.admits_from_below(key)
+        {
+            cursor.index += 1;
+            return Some(Ok((key, value, false)));
+        }
         let stepped = self.step_front().and_then(|entry| match entry {
             Some((key, value)) => Ok(Some((
                 key,
