@@ -980,7 +980,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn s(timestamp_ms: i64, value: f64) -> Sample {
+    pub(super) fn s(timestamp_ms: i64, value: f64) -> Sample {
         Sample {
             timestamp_ms,
             value,
@@ -988,7 +988,7 @@ mod tests {
     }
 
     /// Timestamps and value bits, so that NaN payloads and signed zeros compare exactly.
-    fn exact(samples: &[Sample]) -> Vec<(i64, u64)> {
+    pub(super) fn exact(samples: &[Sample]) -> Vec<(i64, u64)> {
         samples
             .iter()
             .map(|s| (s.timestamp_ms, s.value.to_bits()))

@@ -271,24 +271,13 @@ pub(super) fn decode(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn s(timestamp_ms: i64, value: f64) -> Sample {
-        Sample {
-            timestamp_ms,
-            value,
-        }
-    }
+    use crate::chunk::tests::{exact, s};
 
     fn round_trip(samples: &[Sample]) -> usize {
         let body = encode(samples).expect("values on one scale");
         let last = samples[samples.len() - 1].timestamp_ms;
         let decoded = decode(&body, samples.len(), samples[0].timestamp_ms, last).expect("decodes");
-        let bits = |v: &[Sample]| -> Vec<(i64, u64)> {
-            v.iter()
-                .map(|s| (s.timestamp_ms, s.value.to_bits()))
-                .collect()
-        };
-        assert_eq!(bits(&decoded), bits(samples));
+        assert_eq!(exact(&decoded), exact(samples));
         body.len()
     }
 
