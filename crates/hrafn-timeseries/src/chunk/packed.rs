@@ -8,10 +8,11 @@
 //! cents), minus the smallest, again each in one width. A series that mostly holds still
 //! spends one flag bit on each unchanged sample instead ("sparse").
 //!
-//! For a scrape every 15 s with a few milliseconds of jitter, a timestamp costs 4 bits, where
-//! the stream's delta-of-delta code needs 6; a counter growing by up to 1,500 cents costs 11
-//! bits, where the stream needs 16. [`super::encode`] keeps whichever body is shorter, so
-//! irregular chunks (a missed scrape, a counter reset) keep the stream.
+//! For a scrape every 15 s with a few milliseconds of jitter, a timestamp costs 4 bits,
+//! where the stream's delta-of-delta code takes 6 for most (1 when a delta equals the one
+//! before, 11 past ±8 ms); a counter growing by up to 1,500 cents costs 11 bits, where the
+//! stream needs 16. [`super::encode`] keeps whichever body is shorter, so irregular chunks
+//! (a missed scrape, a counter reset) keep the stream.
 //!
 //! `docs/timeseries-chunk-format.md` describes the bits.
 

@@ -5,8 +5,9 @@
 //! of a leaf where the new entry lands right after the previous insert (an ascending run in
 //! the middle of the tree, as when a range is rewritten in order) cuts just after the new
 //! entry, so the run goes on into the left page's free end and then into fresh pages it
-//! fills, as InnoDB does; other splits balance bytes. A node below a quarter full merges with a sibling when both fit
-//! in one page; a branch root left with no separator is replaced by its only child.
+//! fills, as InnoDB does; other splits balance bytes. A node below a quarter full merges
+//! with a sibling when both fit in one page; a branch root left with no separator is
+//! replaced by its only child.
 //!
 //! Sequential inserts skip the descent: an insert that lands at the end of the rightmost
 //! leaf leaves an [`AppendHint`], and the next larger key goes straight to that leaf.
