@@ -573,7 +573,9 @@ fn check_span(count: usize, first_timestamp_ms: i64, last_timestamp_ms: i64) -> 
     }
 }
 
-/// Encodes samples as a sealed chunk.
+/// Encodes samples as a sealed chunk: its body is the appendable stream (what [`seal`]
+/// writes) or, when that is shorter, the packed form sized for the whole chunk. Both are
+/// encoded to compare them; compaction calls this, the append path does not.
 ///
 /// # Panics
 /// Unless there are 1 to `u16::MAX` samples with strictly increasing timestamps; the caller

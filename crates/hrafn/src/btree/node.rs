@@ -171,21 +171,24 @@ pub fn key(page: &[u8], i: usize, leaf: bool, page_number: u64) -> Result<&[u8]>
 /// within the node; `None` for anything else, which [`leaf_entry`] then reads (and
 /// reports, if damaged). The scan's fast path: no `Result` to build or move.
 #[inline]
-pub fn leaf_inline_entry(page: &[u8], i: usize) -> Option<(&[u8], &[u8])> {
+pub(crate) fn leaf_inline_entry(page: &[u8], i: usize) -> Option<(&[u8], &[u8])> {
+    let page = page.get(..PAGE_SIZE_BYTES)?;
     if i >= count(page) {
         return None;
     }
     let slot_at = PAGE_HEADER_SIZE_BYTES + i * SLOT_BYTES;
     let at = usize::from(get_u16(page.get(..slot_at + SLOT_BYTES)?, slot_at));
+    if at < PAGE_HEADER_SIZE_BYTES {
+        return None;
+    }
     let header = page.get(at..at + LEAF_INLINE_HEADER_BYTES)?;
-    if at < PAGE_HEADER_SIZE_BYTES || header[2] != VALUE_INLINE {
+    if header[2] != VALUE_INLINE {
         return None;
     }
     let key_len = usize::from(get_u16(header, 0));
     let value_len = get_u32(header, 3) as usize;
     let key_at = at + LEAF_INLINE_HEADER_BYTES;
     let value_at = key_at + key_len;
-    let page = page.get(..PAGE_SIZE_BYTES)?;
     Some((
         page.get(key_at..value_at)?,
         page.get(value_at..value_at.checked_add(value_len)?)?,

@@ -10,7 +10,8 @@
 //! replaced by its only child.
 //!
 //! Sequential inserts skip the descent: an insert that lands at the end of the rightmost
-//! leaf leaves an [`AppendHint`], and the next larger key goes straight to that leaf.
+//! leaf leaves an append hint (`AppendHint`), and the next larger key goes straight to
+//! that leaf.
 
 use super::node::{self, ValueRef};
 use super::{DEPTH_MAX, PageStore, Reading, TreeHeader, fits_inline};
@@ -94,7 +95,7 @@ struct AppendHint {
 /// ascending run. Only the first must be exact; a stale position only picks a worse split
 /// point. Whoever changes the tree other than through [`insert_hinted`] drops the hint.
 #[derive(Clone, Copy, Default)]
-pub struct InsertHint {
+pub(crate) struct InsertHint {
     append: Option<AppendHint>,
     /// Leaf page and slot of the last entry inserted.
     last: Option<(u64, usize)>,
@@ -117,7 +118,7 @@ pub fn insert<S: PageStore>(
 ///
 /// # Errors
 /// As [`insert`].
-pub fn insert_hinted<S: PageStore>(
+pub(crate) fn insert_hinted<S: PageStore>(
     store: &mut S,
     tree: &mut TreeHeader,
     key: &[u8],
