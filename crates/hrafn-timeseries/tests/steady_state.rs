@@ -3,8 +3,8 @@
 //!
 //! Two threads append scrape-sized batches (each its half of [`SERIES`] series, one sample
 //! per series every simulated 15 s), a third applies retention, keeping
-//! [`RETENTION_MS`] of simulated time, and a fourth runs a selective query over the newest
-//! hour throughout. The simulated clock runs thousands of times faster than the wall
+//! [`RETENTION_MS`] of simulated time, and compacts (merged chunks are rewritten, packed,
+//! in key order), and a fourth runs a selective query over the newest hour throughout. The simulated clock runs thousands of times faster than the wall
 //! clock, so a run of a minute ingests days of monitoring data and passes through the
 //! retention window many times (the wall-clock schedules, flush and sync, run as they
 //! would for a user).
@@ -131,7 +131,7 @@ fn ingest_with_retention_reaches_a_steady_state_under_default_options() {
     let retention = {
         let (store, stop, clocks) = (store.clone(), stop.clone(), clocks.clone());
         std::thread::spawn(move || {
-            let mut dropped = 0u64;
+            let (mut dropped, mut compacted) = (0u64, 0u64);
             while !stop.load(Ordering::Relaxed) {
                 std::thread::sleep(RETENTION_EVERY);
                 let newest = clocks[0]
@@ -143,8 +143,9 @@ fn ingest_with_retention_reaches_a_steady_state_under_default_options() {
                         .expect("retention")
                         .chunks_dropped;
                 }
+                compacted += store.compact().expect("compact").series_rewritten;
             }
-            dropped
+            (dropped, compacted)
         })
     };
     let query = {
@@ -178,13 +179,13 @@ fn ingest_with_retention_reaches_a_steady_state_under_default_options() {
     for t in threads {
         t.join().expect("ingest thread");
     }
-    let chunks_dropped = retention.join().expect("retention thread");
+    let (chunks_dropped, series_compacted) = retention.join().expect("retention thread");
     let latencies = query.join().expect("query thread");
 
     let total = points.last().expect("points").progress;
     let simulated_ms = clocks[0].load(Ordering::Relaxed) - start_ms;
     eprintln!(
-        "{total} samples in {:.1} s ({:.0}/s), {:.1} simulated days, {chunks_dropped} chunks dropped by retention",
+        "{total} samples in {:.1} s ({:.0}/s), {:.1} simulated days, {chunks_dropped} chunks dropped by retention, {series_compacted} series compacted",
         run_for.as_secs_f64(),
         total as f64 / run_for.as_secs_f64(),
         simulated_ms as f64 / 86_400_000.0
@@ -195,6 +196,7 @@ fn ingest_with_retention_reaches_a_steady_state_under_default_options() {
         simulated_ms as f64 / RETENTION_MS as f64
     );
     assert!(chunks_dropped > 0, "retention dropped no chunk");
+    assert!(series_compacted > 0, "compaction rewrote no series");
 
     steady::assert_steady(&points, &steady::Bounds::for_options(&options.environment));
     // The selective query does not slow down as the days pass.
