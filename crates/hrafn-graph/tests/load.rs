@@ -329,3 +329,57 @@ fn words_that_spell_float_specials_stay_text() {
     })
     .expect("read");
 }
+
+/// A load large enough to be reordered (several transactions a round): every row of the
+/// edge file is an edge of the graph, in both directions, with its type and properties,
+/// and the integrity check passes.
+#[test]
+fn a_reordered_load_stores_every_row() {
+    use rand::{Rng, SeedableRng};
+    let (_dir, g) = open();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+    let n = 3_000;
+    let mut nodes = String::from("id,label\n");
+    for i in 0..n {
+        nodes.push_str(&format!("n{i},L\n"));
+    }
+    let types = ["A", "B", "C"];
+    let mut edges = String::from("src,dst,type,w\n");
+    let mut rows = Vec::new();
+    for i in 0..90_000u64 {
+        let (s, d) = (rng.gen_range(0..n), rng.gen_range(0..n));
+        let t = types[rng.gen_range(0..3)];
+        edges.push_str(&format!("n{s},n{d},{t},{i}\n"));
+        rows.push((s, d, t, i));
+    }
+    let (r, _) = load(&g, &nodes, &edges);
+    let report = r.expect("load");
+    assert_eq!(report.edges, rows.len() as u64);
+    let node = |i: u64| report.ids[&format!("n{i}")];
+    let mut want: Vec<(u64, u64, String, i64)> = rows
+        .iter()
+        .map(|&(s, d, t, i)| (node(s), node(d), t.to_string(), i as i64))
+        .collect();
+    want.sort_unstable();
+    let mut got = Vec::new();
+    let mut incoming = 0;
+    g.read(|r| {
+        for i in 0..n {
+            for nb in r.neighbours(node(i), Direction::Out, None)? {
+                let e = r.edge(nb.edge)?.expect("edge");
+                assert_eq!((e.source, e.destination), (node(i), nb.node));
+                let Some(Value::Int(w)) = e.properties.get("w") else {
+                    panic!("edge {} without its w", nb.edge);
+                };
+                got.push((e.source, e.destination, e.edge_type, *w));
+            }
+            incoming += r.degree(node(i), Direction::In, None)?;
+        }
+        Ok(())
+    })
+    .expect("read");
+    got.sort_unstable();
+    assert_eq!(got, want);
+    assert_eq!(incoming, rows.len() as u64);
+    assert!(g.check().expect("check").is_ok());
+}
