@@ -868,7 +868,7 @@ fn run_csv_load(dir: &Path, nodes: usize, gen_edges: &[GenEdge]) -> Result<CsvLo
     out.flush()?;
     drop(out);
     let file_bytes = std::fs::metadata(&node_path)?.len() + std::fs::metadata(&edge_path)?.len();
-    let graph = Graph::open(&dir.join("graph"), Options::default()).context("opening the graph")?;
+    let graph = Graph::open(dir.join("graph"), Options::default()).context("opening the graph")?;
     let open = |p: &Path| -> Result<std::io::BufReader<std::fs::File>> {
         Ok(std::io::BufReader::with_capacity(
             1 << 20,
