@@ -3,7 +3,7 @@
 //! properties, adjacency), the progress callback, and parse errors with their line numbers.
 
 use hrafn::{Durability, Options};
-use hrafn_graph::load::EXTERNAL_ID_PROPERTY;
+use hrafn_graph::load::{EDGE_ROWS_PER_TXN, EXTERNAL_ID_PROPERTY};
 use hrafn_graph::{Direction, Error, Graph, LoadProgress, LoadReport, Properties, Value};
 
 fn open() -> (tempfile::TempDir, Graph) {
@@ -185,15 +185,18 @@ fn progress_is_reported_after_each_transaction() {
     for i in 0..n {
         nodes.push_str(&format!("n{i},L,{}\n", i % 7));
     }
+    let edge_count = 2 * EDGE_ROWS_PER_TXN + 5_000;
     let mut edges = String::from("src,dst,type\n");
-    for i in 0..n - 3_000 {
-        edges.push_str(&format!("n{i},n{},T\n", (i * 31 + 1) % n));
+    for j in 0..edge_count {
+        let i = j % n;
+        edges.push_str(&format!("n{i},n{},T{}\n", (i * 31 + 1) % n, j / n));
     }
     let (r, calls) = load(&g, &nodes, &edges);
     let report = r.expect("load");
     assert_eq!(report.nodes, n as u64);
-    assert_eq!(report.edges, (n - 3_000) as u64);
-    // 20,000 rows a transaction: two full node batches, two full edge batches, the end.
+    assert_eq!(report.edges, edge_count as u64);
+    // 20,000 node rows a transaction, two full batches and the rest; edges likewise in
+    // transactions of EDGE_ROWS_PER_TXN.
     assert!(calls.len() >= 5, "{calls:?}");
     let node_steps: Vec<u64> = calls.iter().map(|c| c.nodes).collect();
     assert!(
@@ -202,7 +205,8 @@ fn progress_is_reported_after_each_transaction() {
     );
     let edge_steps: Vec<u64> = calls.iter().map(|c| c.edges).collect();
     assert!(
-        edge_steps.contains(&20_000) && edge_steps.contains(&40_000),
+        edge_steps.contains(&(EDGE_ROWS_PER_TXN as u64))
+            && edge_steps.contains(&(2 * EDGE_ROWS_PER_TXN as u64)),
         "{calls:?}"
     );
     for w in calls.windows(2) {
@@ -218,9 +222,9 @@ fn progress_is_reported_after_each_transaction() {
     assert_eq!(last.bytes_read, (nodes.len() + edges.len()) as u64);
     g.read(|r| {
         assert_eq!(r.node_count(), n as u64);
-        assert_eq!(r.edge_count(), (n - 3_000) as u64);
+        assert_eq!(r.edge_count(), edge_count as u64);
         let some = report.ids["n1234"];
-        let out = r.neighbours(some, Direction::Out, Some("T"))?;
+        let out = r.neighbours(some, Direction::Out, Some("T0"))?;
         assert_eq!(out.len(), 1);
         assert_eq!(
             out[0].node,

@@ -434,14 +434,27 @@ pub fn remove(page: &mut [u8], i: usize) {
     }
 }
 
-/// Rewrites the node so all free space is contiguous. `tmp` is a page-sized scratch buffer.
-pub fn compact(page: &mut [u8], tmp: &mut [u8], leaf: bool, page_number: u64) -> Result<()> {
-    tmp[..PAGE_SIZE_BYTES].copy_from_slice(&page[..PAGE_SIZE_BYTES]);
-    let n = count(tmp);
-    init_node(page);
+/// Rewrites the node so all free space is contiguous, entries keeping their slots.
+pub fn compact(page: &mut [u8], leaf: bool, page_number: u64) -> Result<()> {
+    // Bodies are copied as they are (validated by `entry_size_at`), from a copy on the
+    // stack: no allocation and no re-encoding, since this runs whenever a growing value
+    // finds its node fragmented.
+    let mut old = [0u8; PAGE_SIZE_BYTES];
+    old.copy_from_slice(&page[..PAGE_SIZE_BYTES]);
+    let n = count(&old);
+    let lower = PAGE_HEADER_SIZE_BYTES + n * SLOT_BYTES;
+    let mut upper = PAGE_SIZE_BYTES;
     for i in 0..n {
-        copy_entry(tmp, i, page, i, leaf, page_number)?;
+        let body_len = entry_size_at(&old, i, leaf, page_number)? - SLOT_BYTES;
+        let from = slot(&old, i, page_number)?;
+        upper = upper
+            .checked_sub(body_len)
+            .filter(|&u| u >= lower)
+            .ok_or_else(|| corrupt(page_number, "entries do not fit a node"))?;
+        page[upper..upper + body_len].copy_from_slice(&old[from..from + body_len]);
+        put_u16(page, PAGE_HEADER_SIZE_BYTES + i * SLOT_BYTES, upper as u16);
     }
+    put_u16(page, OFFSET_FREE_UPPER, upper as u16);
     Ok(())
 }
 
@@ -508,8 +521,7 @@ mod tests {
             before + SLOT_BYTES,
             "body stays until compaction"
         );
-        let mut tmp = vec![0u8; PAGE_SIZE_BYTES];
-        compact(&mut p, &mut tmp, true, 1).expect("compact");
+        compact(&mut p, true, 1).expect("compact");
         assert_eq!(
             NODE_CAPACITY_BYTES - free_bytes(&p),
             used_bytes(&p, true, 1).expect("used")

@@ -445,8 +445,7 @@ fn make_room(page: &mut [u8], need: usize, leaf: bool, page_number: u64) -> Resu
         return Ok(true);
     }
     if node::NODE_CAPACITY_BYTES - node::used_bytes(page, leaf, page_number)? >= need {
-        let mut tmp = vec![0u8; PAGE_SIZE_BYTES];
-        node::compact(page, &mut tmp, leaf, page_number)?;
+        node::compact(page, leaf, page_number)?;
         return Ok(true);
     }
     Ok(false)
@@ -668,8 +667,7 @@ fn rebalance<S: PageStore>(
         }
         {
             let left_page = store.page_mut(left)?;
-            let mut tmp = vec![0u8; PAGE_SIZE_BYTES];
-            node::compact(left_page, &mut tmp, leaf, left)?;
+            node::compact(left_page, leaf, left)?;
             let mut slot = node::count(left_page);
             if !leaf {
                 node::insert_branch(

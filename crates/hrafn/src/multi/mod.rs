@@ -48,7 +48,43 @@ const _: () = assert!(MULTI_VALUE_SIZE_MAX_BYTES <= u16::MAX as usize);
 /// [`crate::Error::Corruption`] naming `page_number` otherwise.
 pub fn decode_set(bytes: &[u8], page_number: u64) -> Result<Vec<&[u8]>> {
     let mut values = Vec::new();
+    for_each_in_set(bytes, page_number, |_, value| values.push(value))?;
+    Ok(values)
+}
+
+/// Where `value` goes in an embedded set's bytes (validated as [`decode_set`] does): the
+/// offset of the first larger value, or the end; `None` if the set holds it.
+///
+/// # Errors
+/// [`crate::Error::Corruption`] naming `page_number` for a damaged set.
+pub(crate) fn position_in_set(
+    bytes: &[u8],
+    value: &[u8],
+    page_number: u64,
+) -> Result<Option<usize>> {
+    let mut position = Some(bytes.len());
+    let mut placed = false;
+    for_each_in_set(bytes, page_number, |at, existing| {
+        if !placed && existing >= value {
+            placed = true;
+            position = (existing != value).then_some(at);
+        }
+    })?;
+    Ok(position)
+}
+
+/// Calls `f(offset, value)` for each value of an embedded set in order, checking lengths
+/// and order on the way.
+fn for_each_in_set<'a>(
+    bytes: &'a [u8],
+    page_number: u64,
+    mut f: impl FnMut(usize, &'a [u8]),
+) -> Result<()> {
+    if bytes.is_empty() {
+        return Err(corrupt(page_number, "empty embedded set"));
+    }
     let mut at = 0;
+    let mut last: Option<&[u8]> = None;
     while at < bytes.len() {
         if at + EMBEDDED_LEN_BYTES > bytes.len() {
             return Err(corrupt(page_number, "embedded set cut inside a length"));
@@ -58,16 +94,14 @@ pub fn decode_set(bytes: &[u8], page_number: u64) -> Result<Vec<&[u8]>> {
         let value = bytes
             .get(start..start + len)
             .ok_or_else(|| corrupt(page_number, "embedded set value runs past the entry"))?;
-        if values.last().is_some_and(|last: &&[u8]| *last >= value) {
+        if last.is_some_and(|last| last >= value) {
             return Err(corrupt(page_number, "embedded set values out of order"));
         }
-        values.push(value);
+        f(at, value);
+        last = Some(value);
         at = start + len;
     }
-    if values.is_empty() {
-        return Err(corrupt(page_number, "empty embedded set"));
-    }
-    Ok(values)
+    Ok(())
 }
 
 /// Encodes ascending, distinct values as an embedded set.
@@ -308,5 +342,33 @@ mod tests {
         let unordered = encode_set([&b"b"[..], &b"a"[..]]);
         assert!(decode_set(&unordered, 1).is_err());
         assert!(decode_set(&[], 1).is_err());
+    }
+
+    /// Splicing a value's encoding at the position found gives the encoding of the set
+    /// with it; a value already there has no position; damage is an error wherever it is.
+    #[test]
+    fn position_in_set_splices_to_the_encoded_set() {
+        let values: Vec<&[u8]> = vec![b"b", b"bb", b"d"];
+        let bytes = encode_set(values.iter().copied());
+        for new in [&b""[..], b"a", b"ba", b"c", b"e", b"zz"] {
+            let at = position_in_set(&bytes, new, 1)
+                .expect("valid")
+                .expect("absent");
+            let mut spliced = bytes.clone();
+            let len = (new.len() as u16).to_le_bytes();
+            spliced.splice(at..at, len.iter().chain(new).copied());
+            let mut want = values.clone();
+            want.push(new);
+            want.sort_unstable();
+            assert_eq!(spliced, encode_set(want.iter().copied()), "{new:?}");
+        }
+        for present in &values {
+            assert_eq!(position_in_set(&bytes, present, 1).expect("valid"), None);
+        }
+        // Out of order after the position is still found.
+        let unordered = encode_set([&b"a"[..], &b"c"[..], &b"b"[..]]);
+        assert!(position_in_set(&unordered, b"a", 1).is_err());
+        assert!(position_in_set(&bytes[..bytes.len() - 1], b"a", 1).is_err());
+        assert!(position_in_set(&[], b"a", 1).is_err());
     }
 }

@@ -1,7 +1,7 @@
 //! Changing a multi-value tree through a [`PageStore`]: add and remove values, moving a
 //! set between its embedded form and its own tree as it grows and shrinks.
 
-use super::{EMBEDDED_SET_MAX_BYTES, decode_set, encode_set, encoded_size};
+use super::{EMBEDDED_SET_MAX_BYTES, decode_set, encode_set, encoded_size, position_in_set};
 use crate::btree::node::{self, ValueRef};
 use crate::btree::write::{self as tree_write, NewEntry};
 use crate::btree::{self, PageStore, Reading, TreeHeader, TreeKind};
@@ -19,13 +19,12 @@ fn load<S: PageStore>(store: &S, tree: &TreeHeader, key: &[u8]) -> Result<Option
     Ok(
         match btree::get_stored(Reading(store), tree.root_page, key)? {
             None => None,
-            Some(stored) => Some(match super::set_of(stored, tree.root_page)? {
-                super::Set::Embedded(_) => match stored {
-                    ValueRef::Inline(bytes) => OwnedSet::Embedded(bytes.to_vec()),
-                    _ => unreachable!("set_of reads only inline values as embedded sets"),
-                },
-                super::Set::Tree(header) => OwnedSet::Tree(header),
-            }),
+            // An embedded set is validated where it is decoded.
+            Some(ValueRef::Inline(bytes)) => Some(OwnedSet::Embedded(bytes.to_vec())),
+            Some(stored) => match super::set_of(stored, tree.root_page)? {
+                super::Set::Tree(header) => Some(OwnedSet::Tree(header)),
+                super::Set::Embedded(_) => unreachable!("only inline values are embedded sets"),
+            },
         },
     )
 }
@@ -98,15 +97,24 @@ pub fn add<S: PageStore>(
                 store_tree(store, tree, key, &set)?;
             }
         }
-        Some(OwnedSet::Embedded(bytes)) => {
-            let mut values = decode_set(&bytes, tree.root_page)?;
-            let Err(at) = values.binary_search(&value) else {
+        Some(OwnedSet::Embedded(mut bytes)) => {
+            let Some(at) = position_in_set(&bytes, value, tree.root_page)? else {
                 return Ok(false);
             };
-            values.insert(at, value);
-            if encoded_size(values.iter().copied()) <= EMBEDDED_SET_MAX_BYTES {
-                store_embedded(store, tree, key, &values)?;
+            if bytes.len() + encoded_size([value]) <= EMBEDDED_SET_MAX_BYTES {
+                // Spliced into the encoded set: no decoding into a list and back.
+                let len = (value.len() as u16).to_le_bytes();
+                bytes.splice(at..at, len.iter().chain(value).copied());
+                tree_write::insert_entry(
+                    store,
+                    tree,
+                    key,
+                    NewEntry::Value(&bytes),
+                    &mut tree_write::InsertHint::default(),
+                )?;
             } else {
+                let mut values = decode_set(&bytes, tree.root_page)?;
+                values.insert(values.partition_point(|v| *v < value), value);
                 // The entry changes from a value to a tree: replace it whole.
                 let set = new_set_tree(store, &values)?;
                 tree_write::remove(store, tree, key)?;
