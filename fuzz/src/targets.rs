@@ -896,8 +896,7 @@ fn decode_node(p: &[u8], n: u64, key: &[u8]) {
         let _ = node::used_bytes(p, leaf, n);
         if header_ok {
             let mut copy = p.to_vec();
-            let mut tmp = vec![0u8; PAGE_SIZE_BYTES];
-            if node::compact(&mut copy, &mut tmp, leaf, n).is_ok() {
+            if node::compact(&mut copy, leaf, n).is_ok() {
                 // A compacted node holds the same entries.
                 for i in 0..node::count(&copy).min(600) {
                     let before = node::key(p, i, leaf, n).ok();
