@@ -49,6 +49,43 @@ struct PendingEdge {
     props: Properties,
 }
 
+/// Edge rows read and not yet stored, with the distinct edge types they name.
+#[derive(Default)]
+struct Round {
+    edges: Vec<PendingEdge>,
+    types: Vec<String>,
+    type_indexes: HashMap<String, usize>,
+}
+
+impl Round {
+    fn push(&mut self, src: u64, dst: u64, edge_type: &str, props: Properties) {
+        let type_index = match self.type_indexes.get(edge_type) {
+            Some(&i) => i,
+            None => {
+                self.types.push(edge_type.to_string());
+                self.type_indexes
+                    .insert(edge_type.to_string(), self.types.len() - 1);
+                self.types.len() - 1
+            }
+        };
+        self.edges.push(PendingEdge {
+            src,
+            dst,
+            type_index,
+            props,
+        });
+    }
+
+    /// The round's edges and types, leaving it empty.
+    fn take(&mut self) -> (Vec<PendingEdge>, Arc<Vec<String>>) {
+        self.type_indexes.clear();
+        (
+            std::mem::take(&mut self.edges),
+            Arc::new(std::mem::take(&mut self.types)),
+        )
+    }
+}
+
 /// Reorders `edges` tile by tile for transactions of `per_txn` edges (see the module
 /// docs): about `(len / per_txn)^(1/2)` source ranges by as many destination ranges, each
 /// range holding an equal share of the edges; by source within a tile.
@@ -268,38 +305,32 @@ impl Graph {
         progress(&at);
 
         let (mut reader, header) = open_csv(edges, &bytes, &["src", "dst", "type"], "edge")?;
-        let mut round: Vec<PendingEdge> = Vec::new();
-        let mut types: Vec<String> = Vec::new();
-        let mut type_indexes: HashMap<String, usize> = HashMap::new();
+        let mut round = Round::default();
         let mut round_start_bytes = 0u64;
-        let mut store_round = |round: &mut Vec<PendingEdge>,
-                               types: &mut Vec<String>,
-                               type_indexes: &mut HashMap<String, usize>,
-                               report: &mut LoadReport,
-                               at: &mut LoadProgress|
-         -> Result<()> {
-            let types_now: Arc<Vec<String>> = Arc::new(std::mem::take(types));
-            type_indexes.clear();
-            let ordered = order_for_locality(std::mem::take(round), EDGE_ROWS_PER_TXN);
-            let mut rows = ordered.into_iter().peekable();
-            while rows.peek().is_some() {
-                let txn: Arc<Vec<PendingEdge>> =
-                    Arc::new(rows.by_ref().take(EDGE_ROWS_PER_TXN).collect());
-                let (shared, types) = (Arc::clone(&txn), Arc::clone(&types_now));
-                self.submit(move |g| {
-                    let edges: Vec<(u64, u64, &str, &Properties)> = shared
-                        .iter()
-                        .map(|e| (e.src, e.dst, types[e.type_index].as_str(), &e.props))
-                        .collect();
-                    g.add_edges(&edges).map(|_| ())
-                })?;
-                report.edges += txn.len() as u64;
-                at.edges = report.edges;
-                at.bytes_read = bytes.load(std::sync::atomic::Ordering::Relaxed);
-                progress(at);
-            }
-            Ok(())
-        };
+        let mut store_round =
+            |round: &mut Round, report: &mut LoadReport, at: &mut LoadProgress| -> Result<()> {
+                let (edges, types) = round.take();
+                let mut rows = order_for_locality(edges, EDGE_ROWS_PER_TXN)
+                    .into_iter()
+                    .peekable();
+                while rows.peek().is_some() {
+                    let txn: Arc<Vec<PendingEdge>> =
+                        Arc::new(rows.by_ref().take(EDGE_ROWS_PER_TXN).collect());
+                    let (shared, types) = (Arc::clone(&txn), Arc::clone(&types));
+                    self.submit(move |g| {
+                        let edges: Vec<(u64, u64, &str, &Properties)> = shared
+                            .iter()
+                            .map(|e| (e.src, e.dst, types[e.type_index].as_str(), &e.props))
+                            .collect();
+                        g.add_edges(&edges).map(|_| ())
+                    })?;
+                    report.edges += txn.len() as u64;
+                    at.edges = report.edges;
+                    at.bytes_read = bytes.load(std::sync::atomic::Ordering::Relaxed);
+                    progress(at);
+                }
+                Ok(())
+            };
         for record in reader.records() {
             let record = record.map_err(csv_error)?;
             let line = record.position().map_or(0, |p| p.line());
@@ -318,39 +349,14 @@ impl Graph {
                     props.insert(name.clone(), v);
                 }
             }
-            let type_index = match type_indexes.get(&record[2]) {
-                Some(&i) => i,
-                None => {
-                    types.push(record[2].to_string());
-                    type_indexes.insert(record[2].to_string(), types.len() - 1);
-                    types.len() - 1
-                }
-            };
-            round.push(PendingEdge {
-                src,
-                dst,
-                type_index,
-                props,
-            });
+            round.push(src, dst, &record[2], props);
             let read = bytes.load(std::sync::atomic::Ordering::Relaxed);
-            if round.len() == ROUND_EDGES || read - round_start_bytes >= ROUND_BYTES {
-                store_round(
-                    &mut round,
-                    &mut types,
-                    &mut type_indexes,
-                    &mut report,
-                    &mut at,
-                )?;
+            if round.edges.len() == ROUND_EDGES || read - round_start_bytes >= ROUND_BYTES {
+                store_round(&mut round, &mut report, &mut at)?;
                 round_start_bytes = read;
             }
         }
-        store_round(
-            &mut round,
-            &mut types,
-            &mut type_indexes,
-            &mut report,
-            &mut at,
-        )?;
+        store_round(&mut round, &mut report, &mut at)?;
         // The last call tells the whole load, also when no edge transaction made it.
         let read = bytes.load(std::sync::atomic::Ordering::Relaxed);
         if report.edges == 0 || at.bytes_read != read {

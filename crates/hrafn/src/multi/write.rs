@@ -35,7 +35,16 @@ fn store_embedded<S: PageStore>(
     key: &[u8],
     values: &[&[u8]],
 ) -> Result<()> {
-    let bytes = encode_set(values.iter().copied());
+    store_encoded(store, tree, key, &encode_set(values.iter().copied()))
+}
+
+/// Stores an encoded embedded set as `key`'s entry.
+fn store_encoded<S: PageStore>(
+    store: &mut S,
+    tree: &mut TreeHeader,
+    key: &[u8],
+    bytes: &[u8],
+) -> Result<()> {
     assert!(
         bytes.len() <= EMBEDDED_SET_MAX_BYTES,
         "an embedded set within its limit"
@@ -44,7 +53,7 @@ fn store_embedded<S: PageStore>(
         store,
         tree,
         key,
-        NewEntry::Value(&bytes),
+        NewEntry::Value(bytes),
         &mut tree_write::InsertHint::default(),
     )?;
     Ok(())
@@ -105,13 +114,7 @@ pub fn add<S: PageStore>(
                 // Spliced into the encoded set: no decoding into a list and back.
                 let len = (value.len() as u16).to_le_bytes();
                 bytes.splice(at..at, len.iter().chain(value).copied());
-                tree_write::insert_entry(
-                    store,
-                    tree,
-                    key,
-                    NewEntry::Value(&bytes),
-                    &mut tree_write::InsertHint::default(),
-                )?;
+                store_encoded(store, tree, key, &bytes)?;
             } else {
                 let mut values = decode_set(&bytes, tree.root_page)?;
                 values.insert(values.partition_point(|v| *v < value), value);
