@@ -153,20 +153,81 @@ pub(crate) fn insert_entry<S: PageStore>(
     hint: &mut InsertHint,
 ) -> Result<bool> {
     debug_assert!(key.len() <= crate::limits::KEY_SIZE_MAX_BYTES);
-    let last = hint.last.take();
     let at_end = match hint.append.take() {
         Some(h) => appends_at(store.page(h.leaf)?, key, h.leaf)?.map(|i| (h, i)),
         None => None,
     };
-    let (leaf, mut path, found) = match at_end {
-        Some((h, index)) => (h.leaf, h.path, Err(index)),
-        None => {
-            let mut path = Path::new();
-            let leaf = descend(store, tree.root_page, key, &mut path)?;
-            let found = node::search(store.page(leaf)?, key, true, leaf)?;
-            (leaf, path, found)
-        }
+    let at = match at_end {
+        Some((h, index)) => Located {
+            leaf: h.leaf,
+            path: h.path,
+            found: Err(index),
+        },
+        None => locate(store, tree.root_page, key)?,
     };
+    insert_located(store, tree, key, entry, at, hint)
+}
+
+/// Where a key is, or would go, in a tree: its leaf, the path down to it and the leaf
+/// search's result. Valid until the tree changes.
+#[derive(Clone, Copy)]
+pub(crate) struct Located {
+    leaf: u64,
+    path: Path,
+    found: std::result::Result<usize, usize>,
+}
+
+impl Located {
+    /// The entry stored under the key, if there is one.
+    ///
+    /// # Errors
+    /// Corruption.
+    pub(crate) fn entry<'a, S: PageStore>(&self, store: &'a S) -> Result<Option<ValueRef<'a>>> {
+        match self.found {
+            Ok(i) => Ok(Some(
+                node::leaf_entry(store.page(self.leaf)?, i, self.leaf)?.1,
+            )),
+            Err(_) => Ok(None),
+        }
+    }
+
+    /// The leaf the key is or would be in.
+    pub(crate) fn leaf(&self) -> u64 {
+        self.leaf
+    }
+}
+
+/// Finds where `key` is or would go in the tree rooted at `root`, for a read followed by
+/// [`insert_located`] with one descent.
+///
+/// # Errors
+/// Corruption.
+pub(crate) fn locate<S: PageStore>(store: &S, root: u64, key: &[u8]) -> Result<Located> {
+    let mut path = Path::new();
+    let leaf = descend(store, root, key, &mut path)?;
+    let found = node::search(store.page(leaf)?, key, true, leaf)?;
+    Ok(Located { leaf, path, found })
+}
+
+/// [`insert_entry`] at the position `at` that [`locate`] found for `key` in `tree`, which
+/// has not changed since.
+///
+/// # Errors
+/// As [`insert`].
+pub(crate) fn insert_located<S: PageStore>(
+    store: &mut S,
+    tree: &mut TreeHeader,
+    key: &[u8],
+    entry: NewEntry<'_>,
+    at: Located,
+    hint: &mut InsertHint,
+) -> Result<bool> {
+    let last = hint.last.take();
+    let Located {
+        leaf,
+        mut path,
+        found,
+    } = at;
     let index = match found {
         Ok(i) => {
             // A value of the same length is written over the old one in place: the page

@@ -3,8 +3,8 @@
 
 use super::{EMBEDDED_SET_MAX_BYTES, decode_set, encode_set, encoded_size, position_in_set};
 use crate::btree::node::{self, ValueRef};
-use crate::btree::write::{self as tree_write, NewEntry};
-use crate::btree::{self, PageStore, Reading, TreeHeader, TreeKind};
+use crate::btree::write::{self as tree_write, Located, NewEntry};
+use crate::btree::{PageStore, TreeHeader, TreeKind};
 use crate::error::Result;
 use crate::page::corrupt;
 
@@ -15,18 +15,40 @@ enum OwnedSet {
     Tree(TreeHeader),
 }
 
-fn load<S: PageStore>(store: &S, tree: &TreeHeader, key: &[u8]) -> Result<Option<OwnedSet>> {
-    Ok(
-        match btree::get_stored(Reading(store), tree.root_page, key)? {
-            None => None,
-            // An embedded set is validated where it is decoded.
-            Some(ValueRef::Inline(bytes)) => Some(OwnedSet::Embedded(bytes.to_vec())),
-            Some(stored) => match super::set_of(stored, tree.root_page)? {
-                super::Set::Tree(header) => Some(OwnedSet::Tree(header)),
-                super::Set::Embedded(_) => unreachable!("only inline values are embedded sets"),
-            },
+/// Where `key` is in the tree, and its set copied out, if it has one.
+fn load<S: PageStore>(
+    store: &S,
+    tree: &TreeHeader,
+    key: &[u8],
+) -> Result<(Located, Option<OwnedSet>)> {
+    let at = tree_write::locate(store, tree.root_page, key)?;
+    let set = match at.entry(store)? {
+        None => None,
+        // An embedded set is validated where it is decoded.
+        Some(ValueRef::Inline(bytes)) => Some(OwnedSet::Embedded(bytes.to_vec())),
+        Some(stored) => match super::set_of(stored, at.leaf())? {
+            super::Set::Tree(header) => Some(OwnedSet::Tree(header)),
+            super::Set::Embedded(_) => unreachable!("only inline values are embedded sets"),
         },
-    )
+    };
+    Ok((at, set))
+}
+
+/// Stores `entry` under `key`: at `at` when the tree has not changed since
+/// [`tree_write::locate`] found it (one descent for a read and its write), else anew.
+fn put<S: PageStore>(
+    store: &mut S,
+    tree: &mut TreeHeader,
+    key: &[u8],
+    entry: NewEntry<'_>,
+    at: Option<Located>,
+) -> Result<()> {
+    let hint = &mut tree_write::InsertHint::default();
+    match at {
+        Some(at) => tree_write::insert_located(store, tree, key, entry, at, hint)?,
+        None => tree_write::insert_entry(store, tree, key, entry, hint)?,
+    };
+    Ok(())
 }
 
 fn store_embedded<S: PageStore>(
@@ -34,8 +56,9 @@ fn store_embedded<S: PageStore>(
     tree: &mut TreeHeader,
     key: &[u8],
     values: &[&[u8]],
+    at: Option<Located>,
 ) -> Result<()> {
-    store_encoded(store, tree, key, &encode_set(values.iter().copied()))
+    store_encoded(store, tree, key, &encode_set(values.iter().copied()), at)
 }
 
 /// Stores an encoded embedded set as `key`'s entry.
@@ -44,19 +67,13 @@ fn store_encoded<S: PageStore>(
     tree: &mut TreeHeader,
     key: &[u8],
     bytes: &[u8],
+    at: Option<Located>,
 ) -> Result<()> {
     assert!(
         bytes.len() <= EMBEDDED_SET_MAX_BYTES,
         "an embedded set within its limit"
     );
-    tree_write::insert_entry(
-        store,
-        tree,
-        key,
-        NewEntry::Value(bytes),
-        &mut tree_write::InsertHint::default(),
-    )?;
-    Ok(())
+    put(store, tree, key, NewEntry::Value(bytes), at)
 }
 
 fn store_tree<S: PageStore>(
@@ -64,15 +81,9 @@ fn store_tree<S: PageStore>(
     tree: &mut TreeHeader,
     key: &[u8],
     set: &TreeHeader,
+    at: Option<Located>,
 ) -> Result<()> {
-    tree_write::insert_entry(
-        store,
-        tree,
-        key,
-        NewEntry::Tree(&set.encode()),
-        &mut tree_write::InsertHint::default(),
-    )?;
-    Ok(())
+    put(store, tree, key, NewEntry::Tree(&set.encode()), at)
 }
 
 /// A new set tree holding `values` (ascending).
@@ -97,39 +108,44 @@ pub fn add<S: PageStore>(
 ) -> Result<bool> {
     debug_assert!(tree.kind == TreeKind::Multi);
     debug_assert!(value.len() <= super::MULTI_VALUE_SIZE_MAX_BYTES);
-    match load(store, tree, key)? {
+    // The outer tree does not change between `load` and the store that ends each case
+    // (new pages for a set tree, or a change inside one, leave it as it was), except where
+    // an entry is removed first.
+    let (at, set) = load(store, tree, key)?;
+    match set {
         None => {
             if encoded_size([value]) <= EMBEDDED_SET_MAX_BYTES {
-                store_embedded(store, tree, key, &[value])?;
+                store_embedded(store, tree, key, &[value], Some(at))?;
             } else {
                 let set = new_set_tree(store, &[value])?;
-                store_tree(store, tree, key, &set)?;
+                store_tree(store, tree, key, &set, Some(at))?;
             }
         }
         Some(OwnedSet::Embedded(mut bytes)) => {
-            let Some(at) = position_in_set(&bytes, value, tree.root_page)? else {
+            let Some(position) = position_in_set(&bytes, value, at.leaf())? else {
                 return Ok(false);
             };
             if bytes.len() + encoded_size([value]) <= EMBEDDED_SET_MAX_BYTES {
                 // Spliced into the encoded set: no decoding into a list and back.
                 let len = (value.len() as u16).to_le_bytes();
-                bytes.splice(at..at, len.iter().chain(value).copied());
-                store_encoded(store, tree, key, &bytes)?;
+                bytes.splice(position..position, len.iter().chain(value).copied());
+                store_encoded(store, tree, key, &bytes, Some(at))?;
             } else {
-                let mut values = decode_set(&bytes, tree.root_page)?;
+                let mut values = decode_set(&bytes, at.leaf())?;
                 values.insert(values.partition_point(|v| *v < value), value);
                 // The entry changes from a value to a tree: replace it whole.
                 let set = new_set_tree(store, &values)?;
                 tree_write::remove(store, tree, key)?;
-                store_tree(store, tree, key, &set)?;
+                store_tree(store, tree, key, &set, None)?;
             }
         }
         Some(OwnedSet::Tree(mut set)) => {
-            if btree::get_stored(Reading(store), set.root_page, value)?.is_some() {
+            let in_set = tree_write::locate(store, set.root_page, value)?;
+            if in_set.entry(store)?.is_some() {
                 return Ok(false);
             }
-            tree_write::insert(store, &mut set, value, &[])?;
-            store_tree(store, tree, key, &set)?;
+            put(store, &mut set, value, NewEntry::Value(&[]), Some(in_set))?;
+            store_tree(store, tree, key, &set, Some(at))?;
         }
     }
     Ok(true)
@@ -147,18 +163,19 @@ pub fn remove<S: PageStore>(
     value: &[u8],
 ) -> Result<bool> {
     debug_assert!(tree.kind == TreeKind::Multi);
-    match load(store, tree, key)? {
+    let (at, set) = load(store, tree, key)?;
+    match set {
         None => Ok(false),
         Some(OwnedSet::Embedded(bytes)) => {
-            let mut values = decode_set(&bytes, tree.root_page)?;
-            let Ok(at) = values.binary_search(&value) else {
+            let mut values = decode_set(&bytes, at.leaf())?;
+            let Ok(i) = values.binary_search(&value) else {
                 return Ok(false);
             };
-            values.remove(at);
+            values.remove(i);
             if values.is_empty() {
                 tree_write::remove(store, tree, key)?;
             } else {
-                store_embedded(store, tree, key, &values)?;
+                store_embedded(store, tree, key, &values, Some(at))?;
             }
             Ok(true)
         }
@@ -168,13 +185,13 @@ pub fn remove<S: PageStore>(
             }
             // The removal may have freed the set tree's old root: store the new header
             // first, so that removing the key below frees the tree as it is now.
-            store_tree(store, tree, key, &set)?;
+            store_tree(store, tree, key, &set, Some(at))?;
             if set.entry_count == 0 {
                 tree_write::remove(store, tree, key)?; // frees the set's tree
             } else if let Some(values) = small_enough_to_embed(store, &set)? {
                 let values: Vec<&[u8]> = values.iter().map(Vec::as_slice).collect();
                 tree_write::remove(store, tree, key)?;
-                store_embedded(store, tree, key, &values)?;
+                store_embedded(store, tree, key, &values, None)?;
             }
             Ok(true)
         }
@@ -186,9 +203,10 @@ pub fn remove<S: PageStore>(
 /// # Errors
 /// Scratch full; corruption.
 pub fn remove_key<S: PageStore>(store: &mut S, tree: &mut TreeHeader, key: &[u8]) -> Result<u64> {
-    let removed = match load(store, tree, key)? {
+    let (at, set) = load(store, tree, key)?;
+    let removed = match set {
         None => return Ok(0),
-        Some(OwnedSet::Embedded(bytes)) => decode_set(&bytes, tree.root_page)?.len() as u64,
+        Some(OwnedSet::Embedded(bytes)) => decode_set(&bytes, at.leaf())?.len() as u64,
         Some(OwnedSet::Tree(set)) => set.entry_count,
     };
     tree_write::remove(store, tree, key)?;
