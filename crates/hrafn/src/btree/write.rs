@@ -586,6 +586,19 @@ fn insert_into_leaf<S: PageStore>(
             return Ok((leaf, index));
         }
     }
+    if index > 0 && index == node::count(store.page(leaf)?) {
+        // Appending to a full leaf: the new entry alone starts the right node (as
+        // `split_point` would cut), and the left keeps its entries as they lie.
+        let right = store.allocate(1, PageKind::Leaf)?;
+        let page = store.page_mut(right)?;
+        node::init_node(page);
+        if node::free_bytes(page) < need {
+            return Err(corrupt(leaf, "an entry larger than a node"));
+        }
+        node::insert_leaf(page, 0, key, value);
+        insert_into_parent(store, tree, path, leaf, key, right)?;
+        return Ok((right, 0));
+    }
     // Split: lay the entries out as if inserted, then cut.
     let old = store.page(leaf)?[..PAGE_SIZE_BYTES].to_vec();
     let n_old = node::count(&old);
