@@ -94,9 +94,11 @@ struct AppendHint {
 /// without a descent ([`AppendHint`]), and where the new entry went, which tells an
 /// ascending run. Only the first must be exact; a stale position only picks a worse split
 /// point. Whoever changes the tree other than through [`insert_hinted`] drops the hint.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Default)]
 pub(crate) struct InsertHint {
-    append: Option<AppendHint>,
+    /// Boxed: a path is most of a kilobyte, and the hint moves in and out of its tree's
+    /// handle at every insert.
+    append: Option<Box<AppendHint>>,
     /// Leaf page and slot of the last entry inserted.
     last: Option<(u64, usize)>,
 }
@@ -153,18 +155,33 @@ pub(crate) fn insert_entry<S: PageStore>(
     hint: &mut InsertHint,
 ) -> Result<bool> {
     debug_assert!(key.len() <= crate::limits::KEY_SIZE_MAX_BYTES);
-    let at_end = match hint.append.take() {
-        Some(h) => appends_at(store.page(h.leaf)?, key, h.leaf)?.map(|i| (h, i)),
+    let at_end = match &hint.append {
+        Some(h) => appends_at(store.page(h.leaf)?, key, h.leaf)?,
         None => None,
     };
-    let at = match at_end {
-        Some((h, index)) => Located {
+    if let (Some(index), NewEntry::Value(value), Some(h)) = (at_end, entry, &hint.append)
+        && fits_inline(key.len(), value.len())
+    {
+        // The append path's common case, a new last entry that fits its leaf: the
+        // hint stays as it is.
+        let leaf = h.leaf;
+        let stored = ValueRef::Inline(value);
+        let page = store.page_mut(leaf)?;
+        if node::free_bytes(page) >= node::leaf_entry_size(key.len(), &stored) {
+            node::insert_leaf(page, index, key, &stored);
+            tree.entry_count += 1;
+            hint.last = Some((leaf, index));
+            return Ok(false);
+        }
+    }
+    let at = match (at_end, hint.append.take()) {
+        (Some(index), Some(h)) => Located {
             leaf: h.leaf,
             path: h.path,
             found: Err(index),
             rightmost: true,
         },
-        None => locate(store, tree.root_page, key)?,
+        _ => locate(store, tree.root_page, key)?,
     };
     insert_located(store, tree, key, entry, at, hint)
 }
@@ -298,10 +315,10 @@ pub(crate) fn insert_located<S: PageStore>(
     if appended && rightmost && leaf_now == leaf {
         // Appended through the hint without a split: nothing above the leaf changed, and
         // the key is its last entry, so the hint holds as it was (no path to re-read).
-        hint.append = Some(AppendHint {
+        hint.append = Some(Box::new(AppendHint {
             leaf,
             path: path_before,
-        });
+        }));
         return Ok(false);
     }
     // Still the rightmost leaf, and the key is its last entry (a split would have moved it
@@ -310,10 +327,10 @@ pub(crate) fn insert_located<S: PageStore>(
         let page = store.page(leaf)?;
         let n = node::count(page);
         if n > 0 && node::key(page, n - 1, true, leaf)? == key {
-            hint.append = Some(AppendHint {
+            hint.append = Some(Box::new(AppendHint {
                 leaf,
                 path: path_before,
-            });
+            }));
         }
     }
     Ok(found.is_ok())
