@@ -268,8 +268,8 @@ impl Limit {
     fn admits_from_below(&self, key: &[u8]) -> bool {
         match self {
             Limit::Unbounded => true,
-            Limit::Included(end) => key <= end.as_slice(),
-            Limit::Excluded(end) => key < end.as_slice(),
+            Limit::Included(end) => node::compare_keys(key, end).is_le(),
+            Limit::Excluded(end) => node::compare_keys(key, end).is_lt(),
         }
     }
 
@@ -278,8 +278,8 @@ impl Limit {
     fn admits_from_above(&self, key: &[u8]) -> bool {
         match self {
             Limit::Unbounded => true,
-            Limit::Included(start) => key >= start.as_slice(),
-            Limit::Excluded(start) => key > start.as_slice(),
+            Limit::Included(start) => node::compare_keys(key, start).is_ge(),
+            Limit::Excluded(start) => node::compare_keys(key, start).is_gt(),
         }
     }
 }

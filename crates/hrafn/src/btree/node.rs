@@ -260,13 +260,27 @@ pub fn search(
     let (mut lo, mut hi) = (0, count(page));
     while lo < hi {
         let mid = lo + (hi - lo) / 2;
-        match key(page, mid, leaf, page_number)?.cmp(key_wanted) {
+        match compare_keys(key(page, mid, leaf, page_number)?, key_wanted) {
             Ordering::Less => lo = mid + 1,
             Ordering::Greater => hi = mid,
             Ordering::Equal => return Ok(Ok(mid)),
         }
     }
     Ok(Err(lo))
+}
+
+/// Byte-wise order of two keys. Keys of 8 bytes or more are told apart by their first 8
+/// bytes as a big-endian integer when those differ (one compare instead of a `memcmp`
+/// call, which dominated the binary search of 8- and 16-byte keys).
+#[inline]
+pub(crate) fn compare_keys(a: &[u8], b: &[u8]) -> Ordering {
+    if let (Some(a8), Some(b8)) = (a.first_chunk::<8>(), b.first_chunk::<8>()) {
+        let (x, y) = (u64::from_be_bytes(*a8), u64::from_be_bytes(*b8));
+        if x != y {
+            return x.cmp(&y);
+        }
+    }
+    a.cmp(b)
 }
 
 /// The child number of a branch to descend into for `key_wanted`.
@@ -501,6 +515,28 @@ mod tests {
         let mut p = vec![0u8; PAGE_SIZE_BYTES];
         init(&mut p, 1, PageKind::Leaf);
         p
+    }
+
+    #[test]
+    fn compare_keys_is_byte_order() {
+        let keys: Vec<&[u8]> = vec![
+            b"",
+            b"\0",
+            b"a",
+            b"a\0",
+            b"abcdefg",
+            b"abcdefgh",
+            b"abcdefgh\0",
+            b"abcdefgi",
+            b"abcdefh",
+            b"\xff\xff\xff\xff\xff\xff\xff\xff",
+            b"\xff\xff\xff\xff\xff\xff\xff\xff\x01",
+        ];
+        for a in &keys {
+            for b in &keys {
+                assert_eq!(compare_keys(a, b), a.cmp(b), "{a:?} {b:?}");
+            }
+        }
     }
 
     #[test]
