@@ -339,8 +339,10 @@ pub(crate) fn insert_located<S: PageStore>(
 /// The end of leaf `page`, if `key` sorts after every key in it.
 fn appends_at(page: &[u8], key: &[u8], page_number: u64) -> Result<Option<usize>> {
     let n = node::count(page);
-    Ok((n > 0 && node::compare_keys(key, node::key(page, n - 1, true, page_number)?).is_gt())
-        .then_some(n))
+    Ok(
+        (n > 0 && node::compare_keys(key, node::key(page, n - 1, true, page_number)?).is_gt())
+            .then_some(n),
+    )
 }
 
 /// Whether `path` took the last child at every branch.
