@@ -553,6 +553,24 @@ mod tests {
                 assert_eq!(compare_keys(a, b), a.cmp(b), "{a:?} {b:?}");
             }
         }
+        // Random keys over three byte values, so prefixes, equal words and ties abound.
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut random_key = || -> Vec<u8> {
+            let len = (next() % 24) as usize;
+            (0..len)
+                .map(|_| [0u8, 1, 0xff][(next() % 3) as usize])
+                .collect()
+        };
+        for _ in 0..100_000 {
+            let (a, b) = (random_key(), random_key());
+            assert_eq!(compare_keys(&a, &b), a.cmp(&b), "{a:?} {b:?}");
+        }
     }
 
     #[test]
