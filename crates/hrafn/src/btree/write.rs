@@ -319,7 +319,7 @@ pub(crate) fn insert_located<S: PageStore>(
             leaf,
             path: path_before,
         }));
-        return Ok(false);
+        return Ok(found.is_ok());
     }
     // Still the rightmost leaf, and the key is its last entry (a split would have moved it
     // to a new right node): the next larger key goes here too.
