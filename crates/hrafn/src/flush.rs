@@ -30,6 +30,8 @@ const WRITE_BATCH_BYTES: usize = 4 << 20;
 const JOURNALS_PENDING_MAX: usize = 8;
 /// Growth step cap for the data file.
 const GROWTH_STEP_MAX_BYTES: u64 = 1 << 30;
+/// The data file's size is a whole number of these.
+pub(crate) const GROWTH_GRANULARITY_BYTES: u64 = 1 << 20;
 
 /// What the flusher remembers between passes (guarded by a mutex: one pass at a time).
 pub(crate) struct FlushBook {
@@ -135,8 +137,10 @@ pub(crate) fn grow_data_file(inner: &EnvInner, needed_bytes: u64) -> Result<u64>
     if needed_bytes <= current {
         return Ok(current);
     }
-    let step = (current / 4).clamp(1 << 20, GROWTH_STEP_MAX_BYTES);
-    let mut target = needed_bytes.max(current + step).next_multiple_of(1 << 20);
+    let step = (current / 4).clamp(GROWTH_GRANULARITY_BYTES, GROWTH_STEP_MAX_BYTES);
+    let mut target = needed_bytes
+        .max(current + step)
+        .next_multiple_of(GROWTH_GRANULARITY_BYTES);
     if let Err(e) = inner.data_file.allocate(target) {
         if e.raw_os_error() != Some(libc::ENOSPC) {
             return Err(Error::io("growing the data file", e));

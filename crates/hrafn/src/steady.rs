@@ -121,8 +121,8 @@ pub fn assert_steady(points: &[Point], bounds: &Bounds) {
         third.t.as_secs_f64(),
         last.data_file_bytes
     );
-    // One growth step of the file rounds up to whole MiB (`flush::grow_data_file`).
-    let granularity_bytes = (1u64 << 20) as f64;
+    // One growth step of the file rounds up to a whole granule (`flush::grow_data_file`).
+    let granularity_bytes = crate::flush::GROWTH_GRANULARITY_BYTES as f64;
     assert!(
         last.data_file_bytes as f64
             <= third.data_file_bytes as f64 * (1.0 + bounds.data_file_growth) + granularity_bytes,

@@ -179,7 +179,6 @@ pub(crate) fn insert_entry<S: PageStore>(
             leaf: h.leaf,
             path: h.path,
             found: Err(index),
-            rightmost: true,
         },
         _ => locate(store, tree.root_page, key)?,
     };
@@ -193,8 +192,6 @@ pub(crate) struct Located {
     leaf: u64,
     path: Path,
     found: std::result::Result<usize, usize>,
-    /// Known to be the rightmost leaf (from an [`AppendHint`]).
-    rightmost: bool,
 }
 
 impl Located {
@@ -226,12 +223,7 @@ pub(crate) fn locate<S: PageStore>(store: &S, root: u64, key: &[u8]) -> Result<L
     let mut path = Path::new();
     let leaf = descend(store, root, key, &mut path)?;
     let found = node::search(store.page(leaf)?, key, true, leaf)?;
-    Ok(Located {
-        leaf,
-        path,
-        found,
-        rightmost: false,
-    })
+    Ok(Located { leaf, path, found })
 }
 
 /// [`insert_entry`] at the position `at` that [`locate`] found for `key` in `tree`, which
@@ -252,7 +244,6 @@ pub(crate) fn insert_located<S: PageStore>(
         leaf,
         mut path,
         found,
-        rightmost,
     } = at;
     let index = match found {
         Ok(i) => {
@@ -306,20 +297,11 @@ pub(crate) fn insert_located<S: PageStore>(
     let appended = index == node::count(store.page(leaf)?);
     let path_before = path;
     let ascending = found.is_err() && last == Some((leaf, index.wrapping_sub(1)));
-    let (leaf_now, slot) =
-        insert_into_leaf(store, tree, &mut path, leaf, index, key, &stored, ascending)?;
-    hint.last = Some((leaf_now, slot));
+    hint.last = Some(insert_into_leaf(
+        store, tree, &mut path, leaf, index, key, &stored, ascending,
+    )?);
     if found.is_err() {
         tree.entry_count += 1;
-    }
-    if appended && rightmost && leaf_now == leaf {
-        // Appended through the hint without a split: nothing above the leaf changed, and
-        // the key is its last entry, so the hint holds as it was (no path to re-read).
-        hint.append = Some(Box::new(AppendHint {
-            leaf,
-            path: path_before,
-        }));
-        return Ok(found.is_ok());
     }
     // Still the rightmost leaf, and the key is its last entry (a split would have moved it
     // to a new right node): the next larger key goes here too.
