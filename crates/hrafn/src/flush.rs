@@ -454,28 +454,42 @@ fn write_batch(
         book.data_size_bytes = new_size;
     }
 
-    let mut buf: Vec<u8> = Vec::with_capacity(WRITE_BATCH_BYTES);
-    let mut run_start = 0u64;
-    for &(page_number, _) in batch {
-        let entry = state
+    // Contiguous pages go out in one write through a buffer; a lone page (the common case
+    // under random writes) goes straight from its scratch copy, with no copy of its own.
+    let page_bytes = |page_number: u64| {
+        &state
             .ptt
             .get(&page_number)
-            .expect("batch built from this PTT");
-        let contiguous =
-            !buf.is_empty() && run_start + (buf.len() / PAGE_SIZE_BYTES) as u64 == page_number;
-        if !contiguous || buf.len() >= WRITE_BATCH_BYTES {
-            if !buf.is_empty() {
-                write_all_at(&*inner.data_file, &buf, run_start * PAGE_SIZE_BYTES as u64)
-                    .map_err(|e| fail(Error::io("writing the data file", e)))?;
-            }
+            .expect("batch built from this PTT")
+            .bytes()[..PAGE_SIZE_BYTES]
+    };
+    let write = |bytes: &[u8], page_number: u64| {
+        write_all_at(
+            &*inner.data_file,
+            bytes,
+            page_number * PAGE_SIZE_BYTES as u64,
+        )
+        .map_err(|e| fail(Error::io("writing the data file", e)))
+    };
+    let mut buf: Vec<u8> = Vec::new();
+    let mut rest = batch;
+    while let Some(&(first, _)) = rest.first() {
+        let run_pages = rest
+            .iter()
+            .enumerate()
+            .take(WRITE_BATCH_BYTES / PAGE_SIZE_BYTES)
+            .take_while(|&(i, &(page_number, _))| page_number == first + i as u64)
+            .count();
+        if run_pages == 1 {
+            write(page_bytes(first), first)?;
+        } else {
             buf.clear();
-            run_start = page_number;
+            for &(page_number, _) in &rest[..run_pages] {
+                buf.extend_from_slice(page_bytes(page_number));
+            }
+            write(&buf, first)?;
         }
-        buf.extend_from_slice(&entry.bytes()[..PAGE_SIZE_BYTES]);
-    }
-    if !buf.is_empty() {
-        write_all_at(&*inner.data_file, &buf, run_start * PAGE_SIZE_BYTES as u64)
-            .map_err(|e| fail(Error::io("writing the data file", e)))?;
+        rest = &rest[run_pages..];
     }
 
     {
