@@ -256,7 +256,7 @@ impl Default for Options {
             durability: Durability::Immediate,
             journal_file_size_bytes: 16 << 20,
             journal_spare_files: 2,
-            flush_threshold_bytes: 32 << 20,
+            flush_threshold_bytes: 8 << 20,
             flush_interval_ms: 100,
             sync_interval_ms: 10_000,
             sync_threshold_bytes: 256 << 20,
