@@ -475,24 +475,18 @@ fn write_batch(
         .map_err(|e| fail(Error::io("writing the data file", e)))
     };
     let mut buf: Vec<u8> = Vec::new();
-    let mut rest = batch;
-    while let Some(&(first, _)) = rest.first() {
-        let run_pages = rest
-            .iter()
-            .enumerate()
-            .take(WRITE_BATCH_BYTES / PAGE_SIZE_BYTES)
-            .take_while(|&(i, &(page_number, _))| page_number == first + i as u64)
-            .count();
-        if run_pages == 1 {
+    let runs = batch.chunk_by(|a, b| b.0 == a.0 + 1);
+    for part in runs.flat_map(|run| run.chunks(WRITE_BATCH_BYTES / PAGE_SIZE_BYTES)) {
+        let first = part[0].0;
+        if let [_] = part {
             write(page_bytes(first), first)?;
         } else {
             buf.clear();
-            for &(page_number, _) in &rest[..run_pages] {
+            for &(page_number, _) in part {
                 buf.extend_from_slice(page_bytes(page_number));
             }
             write(&buf, first)?;
         }
-        rest = &rest[run_pages..];
     }
 
     {
