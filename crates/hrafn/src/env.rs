@@ -1109,10 +1109,6 @@ fn remove_synced_journal(inner: &EnvInner) -> Result<()> {
 /// Pages a new data file starts with.
 const CREATED_DATA_PAGES: u64 = 16;
 
-/// Creates the files of a new environment. The header is written last, through a
-/// temporary file and a rename, so a crash during creation leaves no header and the next
-/// open starts over (after [`refuse_unless_never_created`] has shown that nothing but
-/// what creation writes is there).
 /// Maps the data file's first `len_bytes`, advised as [`Options::read_ahead`] asks.
 pub(crate) fn map_data_file(
     file: &dyn StorageFile,
@@ -1129,6 +1125,10 @@ pub(crate) fn map_data_file(
     Ok(map)
 }
 
+/// Creates the files of a new environment. The header is written last, through a
+/// temporary file and a rename, so a crash during creation leaves no header and the next
+/// open starts over (after [`refuse_unless_never_created`] has shown that nothing but
+/// what creation writes is there).
 fn create(storage: &dyn Storage, incremental_backups: bool) -> Result<Header> {
     let io = |what: &'static str| move |e| Error::io(what, e);
     storage
