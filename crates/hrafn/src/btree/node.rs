@@ -261,11 +261,11 @@ pub fn search(
     while lo < hi {
         let mid = lo + (hi - lo) / 2;
         // Each probe waits on a cache miss for its entry; hinting both entries the next
-        // probe may read lets that miss overlap this one. Only in leaves (branches are
-        // few and stay cached) and not for the last few probes, whose entries are close by.
-        if leaf && hi - lo > PREFETCH_MIN_ENTRIES {
-            prefetch_entry(page, lo + (mid - lo) / 2);
-            prefetch_entry(page, mid + 1 + (hi - mid - 1) / 2);
+        // probe may read lets that miss overlap this one. Only in leaves: branches are
+        // few and stay cached.
+        if leaf && let Some((below, above)) = crate::page::next_probes(lo, mid, hi) {
+            prefetch_entry(page, below);
+            prefetch_entry(page, above);
         }
         match compare_keys(key(page, mid, leaf, page_number)?, key_wanted) {
             Ordering::Less => lo = mid + 1,
@@ -275,9 +275,6 @@ pub fn search(
     }
     Ok(Err(lo))
 }
-
-/// Below this many candidate entries, [`search`] stops hinting its next probes.
-const PREFETCH_MIN_ENTRIES: usize = 8;
 
 /// Hints the cache line where entry `i` starts (a hint only: a bad slot hints nothing).
 #[inline]

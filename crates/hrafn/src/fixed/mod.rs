@@ -115,6 +115,11 @@ pub(crate) fn leaf_search(
     let (mut lo, mut hi) = (0, count(page));
     while lo < hi {
         let mid = (lo + hi) / 2;
+        // As the B+tree's search: the next probe's miss overlaps this one's.
+        if let Some((below, above)) = crate::page::next_probes(lo, mid, hi) {
+            crate::page::prefetch_at(page, leaf_at(below, value_size));
+            crate::page::prefetch_at(page, leaf_at(above, value_size));
+        }
         match leaf_key(page, mid, value_size).cmp(&key) {
             std::cmp::Ordering::Less => lo = mid + 1,
             std::cmp::Ordering::Greater => hi = mid,

@@ -20,7 +20,7 @@ use crate::error::{CorruptionSite, Error, Result};
 use crate::limits::{PAGE_HEADER_SIZE_BYTES, PAGE_SIZE_BYTES};
 
 mod prefetch;
-pub use prefetch::{prefetch, prefetch_at};
+pub use prefetch::{next_probes, prefetch, prefetch_at};
 
 /// Offset of the checksum field.
 pub const OFFSET_CHECKSUM: usize = 0;

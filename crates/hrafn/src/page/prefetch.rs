@@ -33,6 +33,19 @@ pub fn prefetch_at(bytes: &[u8], at: usize) {
     }
 }
 
+/// Below this many candidates, a binary search stops hinting its next probes: their
+/// entries are close by, and a search of a cached node pays little for the hints.
+const HINTED_SEARCH_MIN_ENTRIES: usize = 8;
+
+/// The two entries a binary search over `lo..hi` that is probing `mid` may probe next
+/// (the middles of the halves below and above `mid`), for it to hint while it waits on
+/// `mid`; `None` when few candidates are left.
+#[inline]
+pub fn next_probes(lo: usize, mid: usize, hi: usize) -> Option<(usize, usize)> {
+    debug_assert!(lo <= mid && mid < hi);
+    (hi - lo > HINTED_SEARCH_MIN_ENTRIES).then(|| (lo + (mid - lo) / 2, mid + 1 + (hi - mid - 1) / 2))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -47,5 +60,15 @@ mod tests {
         prefetch_at(&bytes, 0);
         prefetch_at(&bytes, bytes.len());
         assert_eq!(bytes, copy);
+    }
+
+    #[test]
+    fn next_probes_are_the_middles_of_both_halves() {
+        // 0..100 probing 50: below is 0..50 (middle 25), above 51..100 (middle 75).
+        assert_eq!(next_probes(0, 50, 100), Some((25, 75)));
+        assert_eq!(next_probes(10, 15, 20), Some((12, 18)));
+        // Few candidates left: no hints.
+        assert_eq!(next_probes(0, 4, 8), None);
+        assert_eq!(next_probes(3, 3, 4), None);
     }
 }
