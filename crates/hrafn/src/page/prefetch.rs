@@ -1,4 +1,5 @@
-//! Cache prefetch hints for pages a scan is about to read.
+//! Cache prefetch hints: for pages a scan is about to read, and for the entries a binary
+//! search may probe next.
 #![allow(unsafe_code)] // the prefetch intrinsic takes a raw pointer; see the SAFETY note.
 
 /// The cache-line size [`prefetch`] steps by.
@@ -43,7 +44,9 @@ const HINTED_SEARCH_MIN_ENTRIES: usize = 8;
 #[inline]
 pub fn next_probes(lo: usize, mid: usize, hi: usize) -> Option<(usize, usize)> {
     debug_assert!(lo <= mid && mid < hi);
-    (hi - lo > HINTED_SEARCH_MIN_ENTRIES).then(|| (lo + (mid - lo) / 2, mid + 1 + (hi - mid - 1) / 2))
+    let below = lo + (mid - lo) / 2;
+    let above = mid + 1 + (hi - mid - 1) / 2;
+    (hi - lo > HINTED_SEARCH_MIN_ENTRIES).then_some((below, above))
 }
 
 #[cfg(test)]
