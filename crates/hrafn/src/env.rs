@@ -619,6 +619,7 @@ impl Environment {
                 .sync_data()
                 .map_err(|e| Error::io("syncing the data file in recovery", e))?;
         }
+        zero_data_tail(&*data_file, replayed.next_page_number)?;
         let journal_index = Mutex::new(JournalIndex::default());
         let next_journal = replayed.highest_journal_number.max(header.journal_number) + 1;
         // The header moves replay to the (still empty) next journal first; only then are
@@ -1203,6 +1204,29 @@ fn validate_options(options: &Options) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// Makes the data file read as zeros from page `next_page_number` (the recovered
+/// high-water mark) on, keeping its length: cut there, grown back, synced before any
+/// commit relies on it. A commit diffs a page it takes from past the mark against zeros
+/// (`docs/format.md`, "Payload: page diffs"), and after a power cut the tail may hold
+/// pages the flusher wrote for commits whose buffered journal records were lost.
+fn zero_data_tail(data_file: &dyn StorageFile, next_page_number: u64) -> Result<()> {
+    let io = |what: &'static str| move |e| Error::io(what, e);
+    let len_bytes = data_file.len().map_err(io("sizing the data file"))?;
+    let kept_bytes = next_page_number * PAGE_SIZE_BYTES as u64;
+    if len_bytes <= kept_bytes {
+        return Ok(());
+    }
+    data_file
+        .truncate(kept_bytes)
+        .map_err(io("cutting the data file's unused tail"))?;
+    data_file
+        .allocate(len_bytes)
+        .map_err(io("growing the data file back"))?;
+    data_file
+        .sync_data()
+        .map_err(io("syncing the data file's emptied tail"))
 }
 
 fn open_data_file(storage: &dyn Storage) -> Result<Arc<dyn StorageFile>> {

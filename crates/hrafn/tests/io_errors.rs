@@ -42,7 +42,7 @@ fn class(line: &str) -> &'static str {
     let method = line.split_whitespace().nth(1).unwrap_or("");
     match method {
         "read_at" | "len" | "map" | "exists" | "list" => "read",
-        "write_at" | "allocate" => "write",
+        "write_at" | "allocate" | "truncate" => "write",
         "sync_data" | "sync_dir" => "sync",
         _ => "namespace",
     }

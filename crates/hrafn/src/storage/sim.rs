@@ -146,7 +146,7 @@ impl Fault {
 pub enum OpClass {
     /// `read_at`, `len`, `map`, `exists`, `list`.
     Read,
-    /// `write_at`, `allocate`.
+    /// `write_at`, `allocate`, `truncate`.
     Write,
     /// `sync_data`, `sync_dir`.
     Sync,

@@ -682,7 +682,16 @@ impl<'env> WriteTxn<'env> {
             dirty_bytes += buf.bytes().len() as u64;
             for (i, new) in buf.bytes().chunks_exact(PAGE_SIZE_BYTES).enumerate() {
                 let number = page_number + i as u64;
-                if encode_page(record.encoder(), number, new, self.base.page_raw(number)) {
+                // A page taken from past the high-water mark has no earlier version: the
+                // file holds zeros there (opening makes sure). Not reading it keeps the
+                // mapping's read-ahead from filling that range with large page-cache
+                // folios, which every later one-page write of the flusher would walk.
+                let old = if number >= self.meta_at_begin.next_page_number {
+                    None
+                } else {
+                    self.base.page_raw(number)
+                };
+                if encode_page(record.encoder(), number, new, old) {
                     page_count += 1;
                 }
             }
