@@ -601,7 +601,9 @@ impl Environment {
         }
         crate::scratch::spill::remove_leftovers(&*storage)
             .map_err(|e| Error::io("removing scratch files of an earlier process", e))?;
-        // Write the replayed pages, sync, then a header that no longer needs them.
+        // Empty the tail, write the replayed pages, sync both at once, then a header that
+        // no longer needs the pages.
+        empty_data_tail(&*data_file, replayed.next_page_number)?;
         let data_pages_needed = replayed.next_page_number;
         if replayed.record_count > 0 {
             // Replayed records are durable on disk, whoever wrote them.
@@ -615,11 +617,10 @@ impl Environment {
                 write_all_at(&*data_file, page, page_number * PAGE_SIZE_BYTES as u64)
                     .map_err(|e| Error::io("writing recovered pages", e))?;
             }
-            data_file
-                .sync_data()
-                .map_err(|e| Error::io("syncing the data file in recovery", e))?;
         }
-        zero_data_tail(&*data_file, replayed.next_page_number)?;
+        data_file
+            .sync_data()
+            .map_err(|e| Error::io("syncing the data file in recovery", e))?;
         let journal_index = Mutex::new(JournalIndex::default());
         let next_journal = replayed.highest_journal_number.max(header.journal_number) + 1;
         // The header moves replay to the (still empty) next journal first; only then are
@@ -1207,11 +1208,11 @@ fn validate_options(options: &Options) -> Result<()> {
 }
 
 /// Makes the data file read as zeros from page `next_page_number` (the recovered
-/// high-water mark) on, keeping its length: cut there, grown back, synced before any
-/// commit relies on it. A commit diffs a page it takes from past the mark against zeros
-/// (`docs/format.md`, "Payload: page diffs"), and after a power cut the tail may hold
-/// pages the flusher wrote for commits whose buffered journal records were lost.
-fn zero_data_tail(data_file: &dyn StorageFile, next_page_number: u64) -> Result<()> {
+/// high-water mark) on, keeping its length: cut there and grown back; the caller syncs
+/// before any commit relies on it. A commit diffs a page it takes from past the mark
+/// against zeros (`docs/format.md`, "Payload: page diffs"), and after a power cut the tail
+/// may hold pages the flusher wrote for commits whose buffered journal records were lost.
+fn empty_data_tail(data_file: &dyn StorageFile, next_page_number: u64) -> Result<()> {
     let io = |what: &'static str| move |e| Error::io(what, e);
     let len_bytes = data_file.len().map_err(io("sizing the data file"))?;
     let kept_bytes = next_page_number * PAGE_SIZE_BYTES as u64;
@@ -1223,10 +1224,7 @@ fn zero_data_tail(data_file: &dyn StorageFile, next_page_number: u64) -> Result<
         .map_err(io("cutting the data file's unused tail"))?;
     data_file
         .allocate(len_bytes)
-        .map_err(io("growing the data file back"))?;
-    data_file
-        .sync_data()
-        .map_err(io("syncing the data file's emptied tail"))
+        .map_err(io("growing the data file back"))
 }
 
 fn open_data_file(storage: &dyn Storage) -> Result<Arc<dyn StorageFile>> {

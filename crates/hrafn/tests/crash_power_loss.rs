@@ -477,12 +477,9 @@ fn pages_taken_past_the_high_water_mark_replay_onto_zeros() {
     let sim = SimStorage::new(0x7a11);
     let env = hrafn::Environment::open_with_storage(Arc::new(sim.clone()), options.clone())
         .expect("create");
-    let mut wtx = env.begin_write().expect("write");
-    wtx.open_tree("t")
-        .expect("tree")
-        .insert(b"first", b"run")
-        .expect("insert");
-    wtx.commit().expect("commit");
+    let mut batch = hrafn::WriteBatch::new();
+    batch.insert("t", b"first", b"run");
+    env.write(batch).expect("commit");
     drop(env);
 
     // What lost commits would have left: bytes past every page in use (one key takes a
