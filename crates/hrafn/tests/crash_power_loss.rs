@@ -464,10 +464,10 @@ fn per_transaction_durability_keeps_every_durable_commit() {
     tally.assert_clean("per-transaction durability", 0);
 }
 
-/// A commit diffs a page it takes from past the high-water mark against zeros, but after a
-/// power cut the data file's tail may hold pages the flusher wrote for commits whose
-/// buffered journal records were lost. Opening must empty that tail: otherwise replaying
-/// the next commits builds their new pages on the leftovers.
+/// A commit diffs a page it takes from past the high-water mark against zeros. The engine
+/// never writes there, but bytes can lie there all the same (an older version, a tool,
+/// damage while closed): opening must empty that tail, or replaying the next commits after
+/// a power cut builds their new pages on the leftovers.
 #[test]
 fn pages_taken_past_the_high_water_mark_replay_onto_zeros() {
     // No flush before the cut: the journal alone carries the second run's commits.
@@ -482,8 +482,8 @@ fn pages_taken_past_the_high_water_mark_replay_onto_zeros() {
     env.write(batch).expect("commit");
     drop(env);
 
-    // What lost commits would have left: bytes past every page in use (one key takes a
-    // few of the first pages), in the file and past its end.
+    // Leftovers past every page in use (one key takes a few of the first pages), in the
+    // file and past its end.
     let leftovers = vec![0xA5u8; 3 << 19];
     sim.write_raw(hrafn::DATA_FILE, 1 << 19, &leftovers)
         .expect("leftovers");
