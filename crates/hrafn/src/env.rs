@@ -430,6 +430,9 @@ pub(crate) struct EnvInner {
     /// a flush wrote out: the flusher thread drops them, so that freeing thousands of
     /// copies never lands on a commit.
     pub retired: Mutex<Vec<crate::scratch::Ptt>>,
+    /// The buffer of the last record written, for the next commit to encode into (see
+    /// `RecordBuf::reusing`); one is enough, as at most two records are in flight.
+    pub record_spare: Mutex<Option<Vec<u8>>>,
     pub merger: Merger,
     pub access: Access,
 }
@@ -485,6 +488,7 @@ impl EnvInner {
             data_allocated_bytes: AtomicU64::new(o.data_len),
             flusher: Flusher::default(),
             retired: Mutex::new(Vec::new()),
+            record_spare: Mutex::new(None),
             merger: Merger::default(),
             options: o.options,
             access: o.access,

@@ -28,12 +28,25 @@ impl RecordBuf {
     /// Room for `payload_capacity_bytes` of payload; a payload that outgrows it still works
     /// but is copied when written.
     pub fn with_capacity(payload_capacity_bytes: usize) -> RecordBuf {
-        let mut buf: Vec<u8> = Vec::with_capacity(
-            payload_capacity_bytes + RECORD_HEADER_SIZE_BYTES + 2 * JOURNAL_ALIGN_BYTES,
-        );
+        RecordBuf::reusing(Vec::new(), payload_capacity_bytes)
+    }
+
+    /// [`RecordBuf::with_capacity`] in the memory of `buf`, a buffer an earlier record
+    /// left (see [`RecordBuf::take_buf`]): its pages are mapped already, where a fresh
+    /// allocation as large as a big transaction's record takes a page fault for every
+    /// page the payload reaches.
+    pub fn reusing(mut buf: Vec<u8>, payload_capacity_bytes: usize) -> RecordBuf {
+        buf.clear();
+        buf.reserve(payload_capacity_bytes + RECORD_HEADER_SIZE_BYTES + 2 * JOURNAL_ALIGN_BYTES);
         let start = buf.as_ptr().align_offset(JOURNAL_ALIGN_BYTES);
         buf.resize(start + RECORD_HEADER_SIZE_BYTES, 0);
         RecordBuf { buf, start }
+    }
+
+    /// The buffer, for [`RecordBuf::reusing`] once the record is written; leaves this one
+    /// empty, fit for nothing but dropping.
+    pub fn take_buf(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.buf)
     }
 
     /// The buffer the payload is encoded into, by appending only (what lies before the
@@ -720,6 +733,18 @@ mod tests {
         record.encoder().extend(std::iter::repeat_n(7u8, 100_000));
         assert_eq!(record.payload().len(), 110_000);
         assert_eq!(record.payload()[10_000], 7);
+        // A buffer taken back for the next record starts it empty and aligned, in the
+        // same memory when it is large enough, and grows when it is not.
+        let mut buf = record.take_buf();
+        let old_ptr = buf.as_ptr();
+        buf.truncate(1); // what is left in it must not matter
+        let mut next = RecordBuf::reusing(buf, 50_000);
+        assert!(next.payload().is_empty() && next.is_aligned());
+        assert_eq!(next.buf.as_ptr(), old_ptr, "reused, not reallocated");
+        let mut bigger = RecordBuf::reusing(next.take_buf(), 1 << 20);
+        assert!(bigger.payload().is_empty() && bigger.is_aligned());
+        bigger.encoder().extend(std::iter::repeat_n(9u8, 1 << 20));
+        assert!(bigger.is_aligned(), "no reallocation within the capacity");
     }
 
     #[test]

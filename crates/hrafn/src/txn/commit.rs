@@ -14,6 +14,11 @@ use crate::sync::StateCell;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+/// Largest record buffer kept for the next commit. The pages it keeps mapped are those
+/// the largest recent payload reached; past this, a rare huge transaction does not pin
+/// its memory for the environment's life.
+const RECORD_SPARE_CAPACITY_MAX_BYTES: usize = 64 << 20;
+
 /// A transaction sealed and diffed, waiting for its journal write.
 pub(crate) struct Prepared<'env> {
     pub env: &'env EnvInner,
@@ -133,6 +138,10 @@ impl Prepared<'_> {
         if let Err(error) = appended {
             env.poison_with(&error);
             return Err(error);
+        }
+        let buf = self.record.take_buf();
+        if buf.capacity() <= RECORD_SPARE_CAPACITY_MAX_BYTES {
+            *env.record_spare.lock() = Some(buf);
         }
         if journal.journal_number() != number_before {
             *env.journal_file.lock() = Some(journal.current_file());

@@ -672,7 +672,8 @@ impl<'env> WriteTxn<'env> {
         // Sized for the worst case (every page whole) so it never reallocates; untouched
         // capacity costs no memory.
         let pages_total: usize = self.dirty.values().map(PageBuf::page_count).sum();
-        let mut record = RecordBuf::with_capacity(pages_total * (PAGE_SIZE_BYTES + 16));
+        let spare = self.env.record_spare.lock().take().unwrap_or_default();
+        let mut record = RecordBuf::reusing(spare, pages_total * (PAGE_SIZE_BYTES + 16));
         let mut page_count = 0u32;
         let mut dirty_bytes = 0u64;
         let mut pages = Vec::with_capacity(page_numbers.len());
