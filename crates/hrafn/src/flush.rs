@@ -595,7 +595,11 @@ pub(crate) fn trim_data_file(inner: &EnvInner) -> Result<()> {
     Ok(())
 }
 
-/// Keeps a retired journal for reuse (at most two, of the standard size) or removes it.
+/// Keeps a retired journal for reuse or removes it. Kept: files of the size the writer now
+/// makes, as many as it may fill before a sync is forced ([`JOURNALS_PENDING_MAX`]). A
+/// sync retires about that many at once, and every one removed here would come back as
+/// a spare the flusher zero-fills: under steady durable writes, keeping only two had it
+/// writing zeros at more than half the journal's own rate.
 pub(crate) fn recycle_or_remove(
     storage: &dyn Storage,
     options: &Options,
@@ -612,7 +616,7 @@ pub(crate) fn recycle_or_remove(
     // small under load.
     if size <= options.journal_file_size_bytes
         && size >= index.file_size_bytes
-        && index.recyclable.len() < 2
+        && index.recyclable.len() < JOURNALS_PENDING_MAX
     {
         index.recyclable.push(number);
         return Ok(());
