@@ -534,10 +534,15 @@ impl EnvInner {
     /// Marks the environment unusable for writes until reopened. Never retried: after a
     /// failed fsync the kernel may have dropped the dirty pages (PostgreSQL's fsyncgate).
     pub fn poison_with(&self, error: &Error) {
+        self.poison_with_cause(error.to_string());
+    }
+
+    /// [`EnvInner::poison_with`] for a cause that is no [`Error`] (a panic).
+    pub fn poison_with_cause(&self, cause: String) {
         let mut poison = self.poison.lock();
         if poison.is_none() {
-            tracing::error!(%error, "environment poisoned");
-            *poison = Some(error.to_string());
+            tracing::error!(%cause, "environment poisoned");
+            *poison = Some(cause);
         }
     }
 }

@@ -99,7 +99,8 @@ pub enum Error {
         size_bytes: u64,
         scratch_limit_bytes: u64,
     },
-    /// A sync or journal write failed earlier; the environment refuses writes until reopened.
+    /// A sync or journal write failed earlier, or the flusher thread panicked; the
+    /// environment refuses writes until reopened.
     #[error("environment is poisoned by an earlier write failure: {cause}")]
     Poisoned { cause: String },
     /// The named tree does not exist.
@@ -294,6 +295,15 @@ impl Error {
     pub fn is_corruption(&self) -> bool {
         matches!(self, Error::Corruption { .. })
     }
+}
+
+/// The message a caught panic carries.
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic".to_owned())
 }
 
 #[cfg(test)]

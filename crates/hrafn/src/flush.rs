@@ -170,41 +170,54 @@ pub(crate) fn spawn(inner: Arc<EnvInner>) -> Result<std::thread::JoinHandle<()>>
     std::thread::Builder::new()
         .name("hrafn-flusher".into())
         .spawn(move || {
-            let interval = Duration::from_millis(inner.options.flush_interval_ms.max(1));
-            let mut commits_seen = inner.counters.commits.load(Ordering::Relaxed);
-            let mut spares = SpareMaker::default();
-            loop {
-                let wake = inner.flusher.wait(interval);
-                drop(std::mem::take(&mut *inner.retired.lock()));
-                // Idle = no commit over a whole interval: judged on the timer's ticks
-                // only, whatever woke the thread in between.
-                let idle = wake.timed_out && {
-                    let commits = inner.counters.commits.load(Ordering::Relaxed);
-                    std::mem::replace(&mut commits_seen, commits) == commits
-                };
-                let plan = if wake.stop {
-                    Plan {
-                        flush: true,
-                        sync: true,
-                    }
-                } else {
-                    Plan::decide(&inner, &wake, idle)
-                };
-                if plan.flush
-                    && inner.check_poison().is_ok()
-                    && let Err(error) = flush(&inner, plan.sync)
-                {
-                    tracing::warn!(%error, "flush failed");
-                }
-                if wake.stop {
-                    return;
-                }
-                // After the flush: a writer waiting for scratch room must not also wait
-                // for spares to be zero-filled.
-                spares.top_up(&inner);
+            // A panic here is a bug, but an environment left without its flusher would
+            // keep committing while journals and scratch grow without bound and nothing
+            // reaches the data file: it refuses writes instead, saying why.
+            let run = std::panic::AssertUnwindSafe(|| run_flusher(&inner));
+            if let Err(panic) = std::panic::catch_unwind(run) {
+                let message = crate::error::panic_message(&*panic);
+                inner.poison_with_cause(format!("the flusher thread panicked: {message}"));
+                std::panic::resume_unwind(panic);
             }
         })
         .map_err(|e| Error::io("starting the flusher thread", e))
+}
+
+/// The flusher thread's loop, until shutdown.
+fn run_flusher(inner: &EnvInner) {
+    let interval = Duration::from_millis(inner.options.flush_interval_ms.max(1));
+    let mut commits_seen = inner.counters.commits.load(Ordering::Relaxed);
+    let mut spares = SpareMaker::default();
+    loop {
+        let wake = inner.flusher.wait(interval);
+        drop(std::mem::take(&mut *inner.retired.lock()));
+        // Idle = no commit over a whole interval: judged on the timer's ticks
+        // only, whatever woke the thread in between.
+        let idle = wake.timed_out && {
+            let commits = inner.counters.commits.load(Ordering::Relaxed);
+            std::mem::replace(&mut commits_seen, commits) == commits
+        };
+        let plan = if wake.stop {
+            Plan {
+                flush: true,
+                sync: true,
+            }
+        } else {
+            Plan::decide(inner, &wake, idle)
+        };
+        if plan.flush
+            && inner.check_poison().is_ok()
+            && let Err(error) = flush(inner, plan.sync)
+        {
+            tracing::warn!(%error, "flush failed");
+        }
+        if wake.stop {
+            return;
+        }
+        // After the flush: a writer waiting for scratch room must not also wait
+        // for spares to be zero-filled.
+        spares.top_up(inner);
+    }
 }
 
 /// Scratch bytes waiting that start a flush: the option, but at most half the scratch

@@ -380,3 +380,94 @@ fn close_returns_what_drop_can_only_log() -> hrafn::Result<()> {
     );
     Ok(())
 }
+
+/// A disk that makes the flusher thread panic at its next data write once armed (the
+/// engine announces every data-file write through `Storage::note`).
+#[derive(Clone)]
+struct PanicOnFlush {
+    inner: hrafn::storage::sim::SimStorage,
+    armed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl hrafn::storage::Storage for PanicOnFlush {
+    fn open(
+        &self,
+        name: &str,
+        kind: hrafn::storage::FileKind,
+        create: bool,
+    ) -> std::io::Result<std::sync::Arc<dyn hrafn::storage::StorageFile>> {
+        self.inner.open(name, kind, create)
+    }
+    fn exists(&self, name: &str) -> std::io::Result<bool> {
+        self.inner.exists(name)
+    }
+    fn remove(&self, name: &str) -> std::io::Result<()> {
+        self.inner.remove(name)
+    }
+    fn rename(&self, from: &str, to: &str) -> std::io::Result<()> {
+        self.inner.rename(from, to)
+    }
+    fn list(&self, dir: &str) -> std::io::Result<Vec<String>> {
+        self.inner.list(dir)
+    }
+    fn create_dir(&self, dir: &str) -> std::io::Result<()> {
+        self.inner.create_dir(dir)
+    }
+    fn sync_dir(&self, dir: &str) -> std::io::Result<()> {
+        self.inner.sync_dir(dir)
+    }
+    fn lock(&self) -> std::io::Result<Box<dyn std::any::Any + Send + Sync>> {
+        self.inner.lock()
+    }
+    fn note(&self, event: hrafn::storage::StorageEvent) {
+        let flusher = std::thread::current().name() == Some("hrafn-flusher");
+        if flusher
+            && matches!(event, hrafn::storage::StorageEvent::DataWrite { .. })
+            && self.armed.load(std::sync::atomic::Ordering::SeqCst)
+        {
+            panic!("injected flusher bug");
+        }
+        self.inner.note(event);
+    }
+}
+
+/// A flusher thread that dies must not leave an environment that keeps acknowledging
+/// commits while nothing reaches the data file and its journals grow without bound.
+#[test]
+fn a_panic_in_the_flusher_poisons_the_environment() {
+    let storage = PanicOnFlush {
+        inner: hrafn::storage::sim::SimStorage::new(7),
+        armed: Default::default(),
+    };
+    let env = Environment::open_with_storage(
+        std::sync::Arc::new(storage.clone()),
+        common::small_options().flush_threshold_bytes(64 << 10),
+    )
+    .expect("open");
+    storage
+        .armed
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let start = Instant::now();
+    let err = loop {
+        let committed = env.begin_write().and_then(|mut wtx| {
+            fill(&mut wtx, 1, 50)?;
+            wtx.commit()
+        });
+        if let Err(err) = committed {
+            break err;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "commits still succeed long after the flusher died"
+        );
+    };
+    assert!(
+        matches!(&err, Error::Poisoned { cause } if cause.contains("flusher thread panicked: injected flusher bug")),
+        "{err:?}"
+    );
+    assert!(matches!(env.begin_write(), Err(Error::Poisoned { .. })));
+    assert!(
+        matches!(env.close(), Err(Error::Poisoned { .. })),
+        "close reports the dead flusher"
+    );
+}

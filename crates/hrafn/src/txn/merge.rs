@@ -184,12 +184,9 @@ impl Request {
             Work::Closure(f) => f(wtx),
         }));
         outcome.unwrap_or_else(|panic| {
-            let message = panic
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "non-string panic".to_owned());
-            Err(Error::RequestPanicked { message })
+            Err(Error::RequestPanicked {
+                message: crate::error::panic_message(&*panic),
+            })
         })
     }
 

@@ -781,6 +781,9 @@ impl<'env> WriteTxn<'env> {
                 self.dirty_size_bytes = own_bytes;
                 return Ok(());
             }
+            if let Err(error) = self.env.check_poison() {
+                return self.fail_on_error(Err(error)); // no flush will come
+            }
             if waited_ms >= self.env.options.scratch_wait_ms {
                 return self.fail_on_error(Err(Error::ScratchFull {
                     used_bytes: used,
