@@ -610,9 +610,10 @@ impl Environment {
         }
         crate::scratch::spill::remove_leftovers(&*storage)
             .map_err(|e| Error::io("removing scratch files of an earlier process", e))?;
-        // Empty the tail, write the replayed pages, sync both at once, then a header that
-        // no longer needs the pages.
-        empty_data_tail(&*data_file, replayed.next_page_number)?;
+        // Empty the tail, write the replayed pages, sync both at once (when either wrote
+        // anything: a clean open syncs nothing), then a header that no longer needs the
+        // pages.
+        let tail_cut = empty_data_tail(&*data_file, replayed.next_page_number)?;
         let data_pages_needed = replayed.next_page_number;
         if replayed.record_count > 0 {
             // Replayed records are durable on disk, whoever wrote them.
@@ -627,9 +628,11 @@ impl Environment {
                     .map_err(|e| Error::io("writing recovered pages", e))?;
             }
         }
-        data_file
-            .sync_data()
-            .map_err(|e| Error::io("syncing the data file in recovery", e))?;
+        if tail_cut || replayed.record_count > 0 {
+            data_file
+                .sync_data()
+                .map_err(|e| Error::io("syncing the data file in recovery", e))?;
+        }
         let journal_index = Mutex::new(JournalIndex::default());
         let next_journal = replayed.highest_journal_number.max(header.journal_number) + 1;
         // The header moves replay to the (still empty) next journal first; only then are
@@ -1217,25 +1220,26 @@ fn validate_options(options: &Options) -> Result<()> {
 }
 
 /// Makes the data file read as zeros from page `next_page_number` (the recovered
-/// high-water mark) on, keeping its length: cut there and grown back; the caller syncs
-/// before any commit relies on it. A commit diffs a page it takes from past the mark
+/// high-water mark) on, keeping its length: cut there and grown back; returns whether it
+/// cut anything, which the caller then syncs before any commit relies on it. A commit diffs a page it takes from past the mark
 /// against zeros (`docs/format.md`, "Payload: page diffs"). The engine never writes past
 /// the durable mark (the flusher syncs the journal before it writes a page), so this
 /// only clears what something else left there (an older version, a tool, damage), but it
 /// makes the rule hold without depending on how the file got its tail.
-fn empty_data_tail(data_file: &dyn StorageFile, next_page_number: u64) -> Result<()> {
+fn empty_data_tail(data_file: &dyn StorageFile, next_page_number: u64) -> Result<bool> {
     let io = |what: &'static str| move |e| Error::io(what, e);
     let len_bytes = data_file.len().map_err(io("sizing the data file"))?;
     let kept_bytes = next_page_number * PAGE_SIZE_BYTES as u64;
     if len_bytes <= kept_bytes {
-        return Ok(());
+        return Ok(false);
     }
     data_file
         .truncate(kept_bytes)
         .map_err(io("cutting the data file's unused tail"))?;
     data_file
         .allocate(len_bytes)
-        .map_err(io("growing the data file back"))
+        .map_err(io("growing the data file back"))?;
+    Ok(true)
 }
 
 fn open_data_file(storage: &dyn Storage) -> Result<Arc<dyn StorageFile>> {

@@ -517,3 +517,34 @@ fn pages_taken_past_the_high_water_mark_replay_onto_zeros() {
         );
     }
 }
+
+/// Opening syncs the data file only when it changed it (a cut tail, replayed pages): after
+/// a clean close there is nothing to make durable, and an open pays no `fdatasync`.
+#[test]
+fn a_clean_reopen_does_not_sync_the_data_file() {
+    let sim = SimStorage::new(0xc1ea);
+    let options = hrafn::Options::default();
+    let env = hrafn::Environment::open_with_storage(Arc::new(sim.clone()), options.clone())
+        .expect("create");
+    let mut batch = hrafn::WriteBatch::new();
+    batch.insert("t", b"k", b"v");
+    env.write(batch).expect("commit");
+    env.close().expect("clean close");
+
+    sim.record_trace(true);
+    let env =
+        hrafn::Environment::open_with_storage(Arc::new(sim.clone()), options).expect("reopen");
+    let trace = sim.trace();
+    drop(env);
+    let data_syncs = |trace: &[String]| {
+        trace
+            .iter()
+            .filter(|l| l.contains("sync_data") && l.contains(hrafn::DATA_FILE))
+            .count()
+    };
+    assert!(
+        trace.iter().any(|l| l.contains(hrafn::DATA_FILE)),
+        "the trace names files: {trace:?}"
+    );
+    assert_eq!(data_syncs(&trace), 0, "{trace:#?}");
+}

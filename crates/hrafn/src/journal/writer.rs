@@ -25,16 +25,11 @@ pub struct RecordBuf {
 }
 
 impl RecordBuf {
-    /// Room for `payload_capacity_bytes` of payload; a payload that outgrows it still works
-    /// but is copied when written.
-    pub fn with_capacity(payload_capacity_bytes: usize) -> RecordBuf {
-        RecordBuf::reusing(Vec::new(), payload_capacity_bytes)
-    }
-
-    /// [`RecordBuf::with_capacity`] in the memory of `buf`, a buffer an earlier record
-    /// left (see [`RecordBuf::take_buf`]): its pages are mapped already, where a fresh
-    /// allocation as large as a big transaction's record takes a page fault for every
-    /// page the payload reaches.
+    /// Room for `payload_capacity_bytes` of payload (a payload that outgrows it still works
+    /// but is copied when written), in the memory of `buf`: the buffer an earlier record
+    /// left (see [`RecordBuf::take_buf`]), or a new one. A reused buffer's pages are mapped
+    /// already, where a fresh allocation as large as a big transaction's record takes a
+    /// page fault for every page the payload reaches.
     pub fn reusing(mut buf: Vec<u8>, payload_capacity_bytes: usize) -> RecordBuf {
         buf.clear();
         buf.reserve(payload_capacity_bytes + RECORD_HEADER_SIZE_BYTES + 2 * JOURNAL_ALIGN_BYTES);
@@ -722,7 +717,7 @@ mod tests {
 
     #[test]
     fn record_buf_keeps_room_for_the_header_and_stays_aligned_within_capacity() {
-        let mut record = RecordBuf::with_capacity(10_000);
+        let mut record = RecordBuf::reusing(Vec::new(), 10_000);
         assert!(record.is_aligned());
         assert!(record.payload().is_empty());
         record.encoder().extend((0..10_000u32).map(|i| i as u8));
