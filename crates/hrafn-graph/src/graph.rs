@@ -13,6 +13,7 @@
 //!   id BE` → empty, for the (label, property) pairs an index was created for.
 //! - `g.meta`: the next node and edge ids, the layout version, the indexed pairs.
 
+use crate::batch::EdgeBatch;
 use crate::error::{Error, Result};
 use crate::value::{Properties, Value, check_name, decode, encode};
 use hrafn::table::Schema;
@@ -399,21 +400,19 @@ impl<'env> GraphWriter<'_, 'env> {
     /// As [`GraphWriter::add_edge`]; on an error, none of the batch is kept only if the
     /// caller's transaction is dropped (as for any error inside a transaction).
     pub fn add_edges(&mut self, edges: &[(u64, u64, &str, &Properties)]) -> Result<Vec<u64>> {
-        if edges.is_empty() {
-            return Ok(Vec::new());
-        }
         // Everything that can be refused is checked before anything is written.
-        let mut encoded = Vec::with_capacity(edges.len());
-        for &(_, _, edge_type, props) in edges {
-            check_name(edge_type)?;
-            encoded.push(encode(props)?);
+        let batch = EdgeBatch::of(edges)?;
+        Ok(self.add_edge_batch(&batch)?.collect())
+    }
+
+    /// Stores a prepared batch; returns its edges' ids, given in batch order.
+    pub(crate) fn add_edge_batch(&mut self, batch: &EdgeBatch) -> Result<std::ops::Range<u64>> {
+        if batch.len() == 0 {
+            return Ok(0..0);
         }
-        let mut ends: Vec<u64> = edges.iter().flat_map(|e| [e.0, e.1]).collect();
-        ends.sort_unstable();
-        ends.dedup();
         {
             let nodes = self.wtx.open_table(NODES, &node_schema())?;
-            for &end in &ends {
+            for &end in &batch.ends {
                 if nodes.index_ids(BY_ID, &end.to_be_bytes())?.is_empty() {
                     return Err(Error::NoSuchNode(end));
                 }
@@ -425,38 +424,37 @@ impl<'env> GraphWriter<'_, 'env> {
                 .get(META_NEXT_EDGE)?
                 .and_then(|v| v.try_into().ok().map(u64::from_be_bytes))
                 .ok_or_else(|| Error::Corrupt("no next id".into()))?;
-            meta.insert(META_NEXT_EDGE, (next + edges.len() as u64).to_be_bytes())?;
+            meta.insert(META_NEXT_EDGE, (next + batch.len() as u64).to_be_bytes())?;
             next
         };
-        let ids: Vec<u64> = (first..first + edges.len() as u64).collect();
         {
             let mut table = self.wtx.open_table(EDGES, &edge_schema())?;
-            for ((&(src, dst, edge_type, _), id), props) in edges.iter().zip(&ids).zip(&encoded) {
+            for ((i, e), props) in batch.edges.iter().enumerate().zip(&batch.properties) {
                 table.insert(&[
-                    &id.to_be_bytes(),
-                    edge_type.as_bytes(),
-                    &src.to_be_bytes(),
-                    &dst.to_be_bytes(),
+                    &(first + i as u64).to_be_bytes(),
+                    batch.types[e.type_index].as_bytes(),
+                    &e.source.to_be_bytes(),
+                    &e.destination.to_be_bytes(),
                     props,
                 ])?;
             }
         }
-        for (name, outgoing) in [(OUT, true), (IN, false)] {
-            let mut entries: Vec<(Vec<u8>, [u8; 16])> = edges
-                .iter()
-                .zip(&ids)
-                .map(|(&(src, dst, t, _), &id)| {
-                    let (node, other) = if outgoing { (src, dst) } else { (dst, src) };
-                    (adjacency_key(node, t), adjacency_value(other, id))
-                })
-                .collect();
-            entries.sort_unstable();
-            let mut tree = self.wtx.open_multi_tree(name)?;
-            for (k, v) in entries {
-                tree.add(k, v)?;
-            }
+        for (name, order, outgoing) in [(OUT, &batch.out_order, true), (IN, &batch.in_order, false)]
+        {
+            // In key order: each leaf is found once, not once per entry.
+            let entries = order.iter().map(|&i| {
+                let e = batch.edges[i];
+                let (node, other) = if outgoing {
+                    (e.source, e.destination)
+                } else {
+                    (e.destination, e.source)
+                };
+                let key = adjacency_key(node, &batch.types[e.type_index]);
+                (key, adjacency_value(other, first + i as u64))
+            });
+            self.wtx.open_multi_tree(name)?.add_each(entries)?;
         }
-        Ok(ids)
+        Ok(first..first + batch.len() as u64)
     }
 
     /// The edge `id` as this transaction sees it.

@@ -1,6 +1,7 @@
 //! A graph store on Hrafn.
 #![warn(missing_docs)]
 
+mod batch;
 pub mod check;
 pub mod error;
 mod graph;

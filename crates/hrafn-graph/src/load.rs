@@ -16,12 +16,13 @@
 //! holds whole edges (record and both directions), so a crash between two leaves no
 //! dangling half.
 
+use crate::batch::{BatchEdge, EdgeBatch};
 use crate::error::{Error, Result};
 use crate::graph::Graph;
 use crate::value::{Properties, Value};
 use std::collections::HashMap;
 use std::io::Read;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, mpsc};
 
 /// Node rows per transaction.
 const ROWS_PER_TXN: usize = 20_000;
@@ -226,11 +227,153 @@ fn open_csv<R: Read>(
     Ok((reader, header))
 }
 
+/// Transactions a load keeps in the writer's hands at once: with two, one transaction's
+/// journal write overlaps the next one's tree work (the merger's pipelined commit), while
+/// the reading thread parses and prepares the one after.
+const STORERS: usize = 2;
+
+type Job<'a, T> = Box<dyn FnOnce() -> Result<T> + Send + 'a>;
+
+/// Store jobs run on [`STORERS`] threads, results collected on the reading thread (which
+/// owns the progress callback).
+struct Pipeline<'a, T> {
+    jobs: Option<mpsc::SyncSender<Job<'a, T>>>,
+    done: mpsc::Receiver<Result<T>>,
+    /// Jobs sent whose results were not yet taken.
+    pending: usize,
+}
+
+impl<'a, T: Send + 'a> Pipeline<'a, T> {
+    /// Runs `body` with a pipeline whose threads end when it returns.
+    fn run<R>(body: impl FnOnce(&mut Pipeline<'a, T>) -> Result<R>) -> Result<R>
+    where
+        T: 'a,
+    {
+        std::thread::scope(|scope| {
+            let (jobs, queue) = mpsc::sync_channel::<Job<'a, T>>(1);
+            let (results, done) = mpsc::channel();
+            let queue = Arc::new(Mutex::new(queue));
+            for _ in 0..STORERS {
+                let (results, queue) = (results.clone(), Arc::clone(&queue));
+                scope.spawn(move || {
+                    loop {
+                        // The guard goes at the end of the statement: one thread waits
+                        // for a job while the other works.
+                        let job = queue
+                            .lock()
+                            .map_err(|_| ())
+                            .and_then(|q| q.recv().map_err(|_| ()));
+                        let Ok(job) = job else { return };
+                        if results.send(job()).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+            drop(results);
+            let mut pipeline = Pipeline {
+                jobs: Some(jobs),
+                done,
+                pending: 0,
+            };
+            body(&mut pipeline)
+        })
+    }
+
+    /// Sends `job`, waiting while the threads are busy and one job already waits.
+    fn send(&mut self, job: Job<'a, T>) -> Result<()> {
+        let jobs = self.jobs.as_ref().ok_or_else(Self::gone)?;
+        jobs.send(job).map_err(|_| Self::gone())?;
+        self.pending += 1;
+        Ok(())
+    }
+
+    /// The results ready now, without waiting.
+    fn ready(&mut self) -> Vec<Result<T>> {
+        let ready: Vec<Result<T>> = self.done.try_iter().collect();
+        self.pending -= ready.len();
+        ready
+    }
+
+    /// Every result still to come, after the last job.
+    fn finish(&mut self) -> Vec<Result<T>> {
+        self.jobs = None;
+        let rest: Vec<Result<T>> = self.done.iter().take(self.pending).collect();
+        self.pending -= rest.len();
+        rest
+    }
+
+    /// The storing threads stop early only by panicking, which the scope raises again
+    /// when the load returns; until then, sending fails with this.
+    fn gone() -> Error {
+        Error::Io(std::io::Error::other("the load's storing threads stopped"))
+    }
+}
+
+/// Node rows of one transaction, with their file ids.
+type NodeRows = Arc<Vec<(String, String, Properties)>>;
+
+/// Sends `batch` (leaving it empty) to be stored in one transaction.
+fn send_nodes<'a>(
+    graph: &'a Graph,
+    batch: &mut Vec<(String, String, Properties)>,
+    pipeline: &mut Pipeline<'a, (NodeRows, Vec<u64>)>,
+) -> Result<()> {
+    if batch.is_empty() {
+        return Ok(());
+    }
+    let rows: NodeRows = Arc::new(std::mem::take(batch));
+    pipeline.send(Box::new(move || {
+        let shared = Arc::clone(&rows);
+        let ids = graph.submit(move |g| {
+            shared
+                .iter()
+                .map(|(_, label, props)| g.add_node(label, props))
+                .collect::<Result<Vec<u64>>>()
+        })?;
+        Ok((rows, ids))
+    }))
+}
+
+/// Sends the edges of `round` (leaving it empty) to be stored, in transactions of
+/// [`EDGE_ROWS_PER_TXN`] edges in locality order, each prepared here.
+fn send_round<'a>(
+    graph: &'a Graph,
+    round: &mut Round,
+    pipeline: &mut Pipeline<'a, u64>,
+) -> Result<()> {
+    let (edges, types) = round.take();
+    let mut rows = order_for_locality(edges, EDGE_ROWS_PER_TXN)
+        .into_iter()
+        .peekable();
+    while rows.peek().is_some() {
+        let txn: Vec<PendingEdge> = rows.by_ref().take(EDGE_ROWS_PER_TXN).collect();
+        let batch = Arc::new(EdgeBatch::new(
+            Arc::clone(&types),
+            txn.iter().map(|e| {
+                let edge = BatchEdge {
+                    source: e.src,
+                    destination: e.dst,
+                    type_index: e.type_index,
+                };
+                (edge, &e.props)
+            }),
+        )?);
+        pipeline.send(Box::new(move || {
+            let shared = Arc::clone(&batch);
+            graph.submit(move |g| g.add_edge_batch(&shared).map(|_| ()))?;
+            Ok(batch.len() as u64)
+        }))?;
+    }
+    Ok(())
+}
+
 impl Graph {
     /// Loads nodes, then edges, from CSV (layouts above), in transactions of 20,000 node
-    /// rows or [`EDGE_ROWS_PER_TXN`] edge rows submitted for merging; edges in rounds of up to [`ROUND_EDGES`] rows, each stored in
-    /// an order that keeps transactions local (module docs), so edge ids follow that order,
-    /// not the file's. Calls `progress` after each transaction.
+    /// rows or [`EDGE_ROWS_PER_TXN`] edge rows submitted for merging, two at a time so the
+    /// writer always has the next one; edges in rounds of up to [`ROUND_EDGES`] rows, each
+    /// stored in an order that keeps transactions local (module docs), so edge ids follow
+    /// that order, not the file's. Calls `progress` after each transaction.
     ///
     /// # Errors
     /// [`Error::Parse`] with the line for a bad header, a short row, a node id given twice
@@ -244,125 +387,141 @@ impl Graph {
         progress: &mut dyn FnMut(&LoadProgress),
     ) -> Result<LoadReport> {
         let bytes = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let read_bytes = || bytes.load(std::sync::atomic::Ordering::Relaxed);
         let mut report = LoadReport::default();
         let mut at = LoadProgress::default();
         let (mut reader, header) = open_csv(nodes, &bytes, &["id", "label"], "node")?;
-        let mut batch: Vec<(String, String, Properties)> = Vec::new();
-        let mut seen = std::collections::HashSet::new();
-        let flush_nodes = |batch: &mut Vec<(String, String, Properties)>,
-                           report: &mut LoadReport|
-         -> Result<()> {
-            if batch.is_empty() {
-                return Ok(());
-            }
-            let rows = Arc::new(std::mem::take(batch));
-            let shared = Arc::clone(&rows);
-            let ids = self.submit(move |g| {
-                shared
-                    .iter()
-                    .map(|(_, label, props)| g.add_node(label, props))
-                    .collect::<Result<Vec<u64>>>()
-            })?;
-            for ((ext, _, _), id) in rows.iter().zip(ids) {
-                report.ids.insert(ext.clone(), id);
-            }
-            report.nodes += rows.len() as u64;
-            Ok(())
-        };
-        for record in reader.records() {
-            let record = record.map_err(csv_error)?;
-            let line = record.position().map_or(0, |p| p.line());
-            if record.len() < 2 {
-                return Err(parse_error(line, "a node row needs an id and a label"));
-            }
-            let mut props = Properties::new();
-            props.insert(
-                EXTERNAL_ID_PROPERTY.into(),
-                Value::Text(record[0].to_string()),
-            );
-            for (name, cell) in header.iter().zip(record.iter()).skip(2) {
-                if let Some(v) = cell_value(cell) {
-                    props.insert(name.clone(), v);
+        Pipeline::<(NodeRows, Vec<u64>)>::run(|pipeline| {
+            let mut batch: Vec<(String, String, Properties)> = Vec::new();
+            let mut seen = std::collections::HashSet::new();
+            // Records what stored batches returned; the first error ends the load.
+            let stored = |results: Vec<Result<(NodeRows, Vec<u64>)>>,
+                          report: &mut LoadReport|
+             -> Result<bool> {
+                let any = !results.is_empty();
+                for result in results {
+                    let (rows, ids) = result?;
+                    for ((ext, _, _), id) in rows.iter().zip(ids) {
+                        report.ids.insert(ext.clone(), id);
+                    }
+                    report.nodes += rows.len() as u64;
+                }
+                Ok(any)
+            };
+            let mut tell = |report: &LoadReport, at: &mut LoadProgress| {
+                at.nodes = report.nodes;
+                at.bytes_read = read_bytes();
+                progress(at);
+            };
+            let read = (|| -> Result<()> {
+                for record in reader.records() {
+                    let record = record.map_err(csv_error)?;
+                    let line = record.position().map_or(0, |p| p.line());
+                    if record.len() < 2 {
+                        return Err(parse_error(line, "a node row needs an id and a label"));
+                    }
+                    let mut props = Properties::new();
+                    props.insert(
+                        EXTERNAL_ID_PROPERTY.into(),
+                        Value::Text(record[0].to_string()),
+                    );
+                    for (name, cell) in header.iter().zip(record.iter()).skip(2) {
+                        if let Some(v) = cell_value(cell) {
+                            props.insert(name.clone(), v);
+                        }
+                    }
+                    if !seen.insert(record[0].to_string()) {
+                        return Err(parse_error(
+                            line,
+                            format!("node {:?} given twice", &record[0]),
+                        ));
+                    }
+                    batch.push((record[0].to_string(), record[1].to_string(), props));
+                    if batch.len() == ROWS_PER_TXN {
+                        send_nodes(self, &mut batch, pipeline)?;
+                    }
+                    if stored(pipeline.ready(), &mut report)? {
+                        tell(&report, &mut at);
+                    }
+                }
+                send_nodes(self, &mut batch, pipeline)
+            })();
+            // What was sent is stored (or failed) before the load returns, even on an error.
+            for result in pipeline.finish() {
+                if stored(vec![result], &mut report)? {
+                    tell(&report, &mut at);
                 }
             }
-            if !seen.insert(record[0].to_string()) {
-                return Err(parse_error(
-                    line,
-                    format!("node {:?} given twice", &record[0]),
-                ));
+            read?;
+            // A node file without rows is told too.
+            if report.nodes == 0 {
+                tell(&report, &mut at);
             }
-            batch.push((record[0].to_string(), record[1].to_string(), props));
-            if batch.len() == ROWS_PER_TXN {
-                flush_nodes(&mut batch, &mut report)?;
-                at.nodes = report.nodes;
-                at.bytes_read = bytes.load(std::sync::atomic::Ordering::Relaxed);
-                progress(&at);
-            }
-        }
-        flush_nodes(&mut batch, &mut report)?;
-        at.nodes = report.nodes;
-        at.bytes_read = bytes.load(std::sync::atomic::Ordering::Relaxed);
-        progress(&at);
+            Ok(())
+        })?;
 
         let (mut reader, header) = open_csv(edges, &bytes, &["src", "dst", "type"], "edge")?;
-        let mut round = Round::default();
-        let mut round_start_bytes = 0u64;
-        let mut store_round =
-            |round: &mut Round, report: &mut LoadReport, at: &mut LoadProgress| -> Result<()> {
-                let (edges, types) = round.take();
-                let mut rows = order_for_locality(edges, EDGE_ROWS_PER_TXN)
-                    .into_iter()
-                    .peekable();
-                while rows.peek().is_some() {
-                    let txn: Arc<Vec<PendingEdge>> =
-                        Arc::new(rows.by_ref().take(EDGE_ROWS_PER_TXN).collect());
-                    let (shared, types) = (Arc::clone(&txn), Arc::clone(&types));
-                    self.submit(move |g| {
-                        let edges: Vec<(u64, u64, &str, &Properties)> = shared
-                            .iter()
-                            .map(|e| (e.src, e.dst, types[e.type_index].as_str(), &e.props))
-                            .collect();
-                        g.add_edges(&edges).map(|_| ())
-                    })?;
-                    report.edges += txn.len() as u64;
-                    at.edges = report.edges;
-                    at.bytes_read = bytes.load(std::sync::atomic::Ordering::Relaxed);
-                    progress(at);
+        Pipeline::<u64>::run(|pipeline| {
+            let mut round = Round::default();
+            let mut round_start_bytes = 0u64;
+            let stored = |results: Vec<Result<u64>>, report: &mut LoadReport| -> Result<bool> {
+                let any = !results.is_empty();
+                for result in results {
+                    report.edges += result?;
                 }
-                Ok(())
+                Ok(any)
             };
-        for record in reader.records() {
-            let record = record.map_err(csv_error)?;
-            let line = record.position().map_or(0, |p| p.line());
-            if record.len() < 3 {
-                return Err(parse_error(line, "an edge row needs src, dst and type"));
-            }
-            let end = |i: usize| {
-                report.ids.get(&record[i]).copied().ok_or_else(|| {
-                    parse_error(line, format!("no node {:?} in the node file", &record[i]))
-                })
+            let mut tell = |report: &LoadReport, at: &mut LoadProgress| {
+                at.edges = report.edges;
+                at.bytes_read = read_bytes();
+                progress(at);
             };
-            let (src, dst) = (end(0)?, end(1)?);
-            let mut props = Properties::new();
-            for (name, cell) in header.iter().zip(record.iter()).skip(3) {
-                if let Some(v) = cell_value(cell) {
-                    props.insert(name.clone(), v);
+            let mut report_at = (&mut report, &mut at);
+            let read = (|| -> Result<()> {
+                let (report, at) = &mut report_at;
+                for record in reader.records() {
+                    let record = record.map_err(csv_error)?;
+                    let line = record.position().map_or(0, |p| p.line());
+                    if record.len() < 3 {
+                        return Err(parse_error(line, "an edge row needs src, dst and type"));
+                    }
+                    let end = |i: usize| {
+                        report.ids.get(&record[i]).copied().ok_or_else(|| {
+                            parse_error(line, format!("no node {:?} in the node file", &record[i]))
+                        })
+                    };
+                    let (src, dst) = (end(0)?, end(1)?);
+                    let mut props = Properties::new();
+                    for (name, cell) in header.iter().zip(record.iter()).skip(3) {
+                        if let Some(v) = cell_value(cell) {
+                            props.insert(name.clone(), v);
+                        }
+                    }
+                    round.push(src, dst, &record[2], props);
+                    let read = read_bytes();
+                    if round.edges.len() == ROUND_EDGES || read - round_start_bytes >= ROUND_BYTES {
+                        send_round(self, &mut round, pipeline)?;
+                        round_start_bytes = read;
+                    }
+                    if stored(pipeline.ready(), report)? {
+                        tell(report, at);
+                    }
+                }
+                send_round(self, &mut round, pipeline)
+            })();
+            let (report, at) = report_at;
+            for result in pipeline.finish() {
+                if stored(vec![result], report)? {
+                    tell(report, at);
                 }
             }
-            round.push(src, dst, &record[2], props);
-            let read = bytes.load(std::sync::atomic::Ordering::Relaxed);
-            if round.edges.len() == ROUND_EDGES || read - round_start_bytes >= ROUND_BYTES {
-                store_round(&mut round, &mut report, &mut at)?;
-                round_start_bytes = read;
+            read?;
+            // The last call tells the whole load, also when no edge transaction made it.
+            if report.edges == 0 || at.bytes_read != read_bytes() {
+                tell(report, at);
             }
-        }
-        store_round(&mut round, &mut report, &mut at)?;
-        // The last call tells the whole load, also when no edge transaction made it.
-        let read = bytes.load(std::sync::atomic::Ordering::Relaxed);
-        if report.edges == 0 || at.bytes_read != read {
-            at.bytes_read = read;
-            progress(&at);
-        }
+            Ok(())
+        })?;
         Ok(report)
     }
 }

@@ -1,7 +1,8 @@
-//! Multi-value trees against an in-memory model: random adds and removes over keys whose
-//! sets stay small (embedded) or grow into their own trees and shrink back, whole-key
-//! removes, commits and aborts, forward and backward iteration, reopens, the integrity
-//! check after every commit, and power loss at every storage operation.
+//! Multi-value trees against an in-memory model: random adds (one by one and in runs) and
+//! removes over keys whose sets stay small (embedded) or grow into their own trees and
+//! shrink back, whole-key removes, commits and aborts, forward and backward iteration,
+//! reopens, the integrity check after every commit, and power loss at every storage
+//! operation.
 
 mod common;
 mod crash_support;
@@ -110,6 +111,23 @@ fn run_model(keys: u64, seed: u64, sets_outgrow_entries: bool) {
             // Early transactions grow sets past the embedded limit; later ones shrink
             // them back, so sets move both ways.
             let add_percent = if txn < 30 { 75 } else { 35 };
+            // A run of pairs through `add_each`: ascending most of the time (its leaves
+            // are found without descents), with repeated keys and values; in any order
+            // otherwise.
+            if next() % 2 == 0 {
+                let mut pairs: Vec<(Vec<u8>, Vec<u8>)> = (0..(20 + next() % 400))
+                    .map(|_| (key(next() % keys), value(next())))
+                    .collect();
+                if next() % 4 != 0 {
+                    pairs.sort();
+                }
+                let mut want = 0;
+                for (k, v) in &pairs {
+                    want += u64::from(changed.entry(k.clone()).or_default().insert(v.clone()));
+                }
+                cases += pairs.len() as u64;
+                assert_eq!(t.add_each(pairs).expect("add_each"), want);
+            }
             for _ in 0..(50 + next() % 300) {
                 cases += 1;
                 let k = key(next() % keys);

@@ -19,40 +19,38 @@ use crate::error::Result;
 use crate::limits::{PAGE_HEADER_SIZE_BYTES, PAGE_SIZE_BYTES};
 use crate::page::{OFFSET_AUX, PageKind, corrupt, overflow_page_count, put_u64};
 
-/// The path from the root to a node: (branch page, child number taken).
-#[derive(Clone, Copy)]
+/// Steps of a path kept inline: trees of this depth hold billions of small entries.
+/// Deeper ones (possible only with long keys) spill to the heap.
+const PATH_INLINE_STEPS: usize = 6;
+
+/// The path from the root to a node: (branch page, child number taken). Small, because
+/// locating a key hands it along with the leaf and the insert after copies it.
+#[derive(Clone)]
 pub struct Path {
-    steps: [(u64, usize); DEPTH_MAX],
-    len: usize,
+    steps: smallvec::SmallVec<[(u64, usize); PATH_INLINE_STEPS]>,
 }
 
 impl Path {
     fn new() -> Path {
         Path {
-            steps: [(0, 0); DEPTH_MAX],
-            len: 0,
+            steps: smallvec::SmallVec::new(),
         }
     }
 
     fn push(&mut self, page_number: u64, child: usize, root: u64) -> Result<()> {
-        if self.len == DEPTH_MAX {
+        if self.steps.len() == DEPTH_MAX {
             return Err(corrupt(root, "tree deeper than any valid tree (cycle?)"));
         }
-        self.steps[self.len] = (page_number, child);
-        self.len += 1;
+        self.steps.push((page_number, child));
         Ok(())
     }
 
     fn pop(&mut self) -> Option<(u64, usize)> {
-        if self.len == 0 {
-            return None;
-        }
-        self.len -= 1;
-        Some(self.steps[self.len])
+        self.steps.pop()
     }
 
     fn last(&self) -> Option<(u64, usize)> {
-        self.len.checked_sub(1).map(|i| self.steps[i])
+        self.steps.last().copied()
     }
 }
 
@@ -84,7 +82,7 @@ fn descend<S: PageStore>(store: &S, root: u64, key: &[u8], path: &mut Path) -> R
 /// without a split: a larger key belongs there too, so sequential inserts skip the descent
 /// and its binary searches. Valid only while inserts through [`insert_hinted`] are the only
 /// changes to the tree; whoever changes it otherwise must drop the hint.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 struct AppendHint {
     leaf: u64,
     path: Path,
@@ -96,11 +94,20 @@ struct AppendHint {
 /// point. Whoever changes the tree other than through [`insert_hinted`] drops the hint.
 #[derive(Clone, Default)]
 pub(crate) struct InsertHint {
-    /// Boxed: a path is most of a kilobyte, and the hint moves in and out of its tree's
-    /// handle at every insert.
+    /// Boxed: the hint moves in and out of its tree's handle at every insert.
     append: Option<Box<AppendHint>>,
     /// Leaf page and slot of the last entry inserted.
     last: Option<(u64, usize)>,
+    /// Whether the last insert changed only its leaf (no node split).
+    in_place: bool,
+}
+
+impl InsertHint {
+    /// Whether the last insert through this hint changed only its leaf: paths found
+    /// before it still lead where they did.
+    pub(crate) fn split_nothing(&self) -> bool {
+        self.in_place
+    }
 }
 
 /// Inserts or replaces `key`. Returns true if a value was replaced.
@@ -187,7 +194,7 @@ pub(crate) fn insert_entry<S: PageStore>(
 
 /// Where a key is, or would go, in a tree: its leaf, the path down to it and the leaf
 /// search's result. Valid until the tree changes.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 pub(crate) struct Located {
     leaf: u64,
     path: Path,
@@ -226,6 +233,87 @@ pub(crate) fn locate<S: PageStore>(store: &S, root: u64, key: &[u8]) -> Result<L
     Ok(Located { leaf, path, found })
 }
 
+/// The leaf of the last key an ascending run of edits located, with the path to it and
+/// the leaf's upper bound: a later key of the run below that bound is in the same leaf,
+/// so it needs no descent (nor the branch pages' binary searches). Valid while no edit
+/// since split or merged a node; whoever makes such an edit clears it.
+#[derive(Default)]
+pub(crate) struct Finger {
+    /// Off: [`Finger::locate`] is plain [`locate`], for a single edit.
+    on: bool,
+    at: Option<FingerAt>,
+}
+
+struct FingerAt {
+    key: Vec<u8>,
+    leaf: u64,
+    path: Path,
+    /// The first key of the next leaf (`None` for the rightmost leaf).
+    upper: Option<Vec<u8>>,
+}
+
+impl Finger {
+    /// A finger that follows a run of edits.
+    pub(crate) fn following() -> Finger {
+        Finger { on: true, at: None }
+    }
+
+    /// [`locate`], without a descent when `key` sorts no earlier than the last key
+    /// located and before the upper bound of its leaf.
+    ///
+    /// # Errors
+    /// Corruption.
+    pub(crate) fn locate<S: PageStore>(
+        &mut self,
+        store: &S,
+        root: u64,
+        key: &[u8],
+    ) -> Result<Located> {
+        if let Some(at) = &mut self.at
+            && node::compare_keys(key, &at.key).is_ge()
+            && at
+                .upper
+                .as_deref()
+                .is_none_or(|upper| node::compare_keys(key, upper).is_lt())
+        {
+            let found = node::search(store.page(at.leaf)?, key, true, at.leaf)?;
+            at.key.clear();
+            at.key.extend_from_slice(key);
+            return Ok(Located {
+                leaf: at.leaf,
+                path: at.path.clone(),
+                found,
+            });
+        }
+        let located = locate(store, root, key)?;
+        self.at = None;
+        if self.on {
+            // The bound is the separator right of the child taken at the lowest branch
+            // that did not take its last child.
+            let mut upper = None;
+            for &(branch, child) in located.path.steps.iter().rev() {
+                let page = store.page(branch)?;
+                if child < node::count(page) {
+                    upper = Some(node::key(page, child, false, branch)?.to_vec());
+                    break;
+                }
+            }
+            self.at = Some(FingerAt {
+                key: key.to_vec(),
+                leaf: located.leaf,
+                path: located.path.clone(),
+                upper,
+            });
+        }
+        Ok(located)
+    }
+
+    /// Forgets the leaf: an edit split or merged a node.
+    pub(crate) fn clear(&mut self) {
+        self.at = None;
+    }
+}
+
 /// [`insert_entry`] at the position `at` that [`locate`] found for `key` in `tree`, which
 /// has not changed since.
 ///
@@ -240,6 +328,7 @@ pub(crate) fn insert_located<S: PageStore>(
     hint: &mut InsertHint,
 ) -> Result<bool> {
     let last = hint.last.take();
+    hint.in_place = false;
     let Located {
         leaf,
         mut path,
@@ -253,6 +342,7 @@ pub(crate) fn insert_located<S: PageStore>(
                 && fits_inline(key.len(), value.len())
                 && node::overwrite_inline_value(store.page_mut(leaf)?, i, value, leaf)?
             {
+                hint.in_place = true;
                 return Ok(true);
             }
             let (_, old) = node::leaf_entry(store.page(leaf)?, i, leaf)?;
@@ -295,11 +385,12 @@ pub(crate) fn insert_located<S: PageStore>(
         }
     };
     let appended = index == node::count(store.page(leaf)?);
-    let path_before = path;
+    let path_before = path.clone();
     let ascending = found.is_err() && last == Some((leaf, index.wrapping_sub(1)));
-    hint.last = Some(insert_into_leaf(
-        store, tree, &mut path, leaf, index, key, &stored, ascending,
-    )?);
+    let (placed, in_place) =
+        insert_into_leaf(store, tree, &mut path, leaf, index, key, &stored, ascending)?;
+    hint.last = Some(placed);
+    hint.in_place = in_place;
     if found.is_err() {
         tree.entry_count += 1;
     }
@@ -329,7 +420,7 @@ fn appends_at(page: &[u8], key: &[u8], page_number: u64) -> Result<Option<usize>
 
 /// Whether `path` took the last child at every branch.
 fn is_rightmost<S: PageStore>(store: &S, path: &Path) -> Result<bool> {
-    for &(page_number, child) in &path.steps[..path.len] {
+    for &(page_number, child) in &path.steps {
         if child != node::count(store.page(page_number)?) {
             return Ok(false);
         }
@@ -568,7 +659,8 @@ fn split_point(sizes: &[usize], new_index: usize, ascending: bool) -> usize {
 }
 
 /// Inserts the entry at slot `index` of `leaf`, splitting it if it is full (see
-/// [`split_point`] for `ascending`). Returns the leaf and slot the entry went to.
+/// [`split_point`] for `ascending`). Returns the leaf and slot the entry went to, and
+/// whether it went in without a split.
 #[allow(clippy::too_many_arguments)]
 fn insert_into_leaf<S: PageStore>(
     store: &mut S,
@@ -579,13 +671,13 @@ fn insert_into_leaf<S: PageStore>(
     key: &[u8],
     value: &ValueRef<'_>,
     ascending: bool,
-) -> Result<(u64, usize)> {
+) -> Result<((u64, usize), bool)> {
     let need = node::leaf_entry_size(key.len(), value);
     {
         let page = store.page_mut(leaf)?;
         if make_room(page, need, true, leaf)? {
             node::insert_leaf(page, index, key, value);
-            return Ok((leaf, index));
+            return Ok(((leaf, index), true));
         }
     }
     if index > 0 && index == node::count(store.page(leaf)?) {
@@ -599,7 +691,7 @@ fn insert_into_leaf<S: PageStore>(
         }
         node::insert_leaf(page, 0, key, value);
         insert_into_parent(store, tree, path, leaf, key, right)?;
-        return Ok((right, 0));
+        return Ok(((right, 0), false));
     }
     // Split: lay the entries out as if inserted, then cut.
     let old = store.page(leaf)?[..PAGE_SIZE_BYTES].to_vec();
@@ -642,11 +734,12 @@ fn insert_into_leaf<S: PageStore>(
     fill(store.page_mut(leaf)?, &order[..cut])?;
     fill(store.page_mut(right)?, &order[cut..])?;
     insert_into_parent(store, tree, path, leaf, &separator, right)?;
-    Ok(if index < cut {
+    let placed = if index < cut {
         (leaf, index)
     } else {
         (right, index - cut)
-    })
+    };
+    Ok((placed, false))
 }
 
 fn insert_into_parent<S: PageStore>(

@@ -3,7 +3,7 @@
 
 use super::{EMBEDDED_SET_MAX_BYTES, decode_set, encode_set, encoded_size, position_in_set};
 use crate::btree::node::{self, ValueRef};
-use crate::btree::write::{self as tree_write, Located, NewEntry};
+use crate::btree::write::{self as tree_write, Finger, Located, NewEntry};
 use crate::btree::{PageStore, TreeHeader, TreeKind};
 use crate::error::Result;
 use crate::page::corrupt;
@@ -20,8 +20,9 @@ fn load<S: PageStore>(
     store: &S,
     tree: &TreeHeader,
     key: &[u8],
+    finger: &mut Finger,
 ) -> Result<(Located, Option<OwnedSet>)> {
-    let at = tree_write::locate(store, tree.root_page, key)?;
+    let at = finger.locate(store, tree.root_page, key)?;
     let set = match at.entry(store)? {
         None => None,
         // An embedded set is validated where it is decoded.
@@ -36,19 +37,20 @@ fn load<S: PageStore>(
 
 /// Stores `entry` under `key`: at `at` when the tree has not changed since
 /// [`tree_write::locate`] found it (one descent for a read and its write), else anew.
+/// Returns whether no node split.
 fn put<S: PageStore>(
     store: &mut S,
     tree: &mut TreeHeader,
     key: &[u8],
     entry: NewEntry<'_>,
     at: Option<Located>,
-) -> Result<()> {
+) -> Result<bool> {
     let hint = &mut tree_write::InsertHint::default();
     match at {
         Some(at) => tree_write::insert_located(store, tree, key, entry, at, hint)?,
         None => tree_write::insert_entry(store, tree, key, entry, hint)?,
     };
-    Ok(())
+    Ok(hint.split_nothing())
 }
 
 fn store_embedded<S: PageStore>(
@@ -57,7 +59,7 @@ fn store_embedded<S: PageStore>(
     key: &[u8],
     values: &[&[u8]],
     at: Option<Located>,
-) -> Result<()> {
+) -> Result<bool> {
     store_encoded(store, tree, key, &encode_set(values.iter().copied()), at)
 }
 
@@ -68,7 +70,7 @@ fn store_encoded<S: PageStore>(
     key: &[u8],
     bytes: &[u8],
     at: Option<Located>,
-) -> Result<()> {
+) -> Result<bool> {
     assert!(
         bytes.len() <= EMBEDDED_SET_MAX_BYTES,
         "an embedded set within its limit"
@@ -82,7 +84,7 @@ fn store_tree<S: PageStore>(
     key: &[u8],
     set: &TreeHeader,
     at: Option<Located>,
-) -> Result<()> {
+) -> Result<bool> {
     put(store, tree, key, NewEntry::Tree(&set.encode()), at)
 }
 
@@ -106,19 +108,34 @@ pub fn add<S: PageStore>(
     key: &[u8],
     value: &[u8],
 ) -> Result<bool> {
+    add_following(store, tree, key, value, &mut Finger::default())
+}
+
+/// [`add`], one of a run of adds through `finger` (see [`Finger`]): keys in ascending
+/// order skip most descents.
+///
+/// # Errors
+/// As [`add`].
+pub(crate) fn add_following<S: PageStore>(
+    store: &mut S,
+    tree: &mut TreeHeader,
+    key: &[u8],
+    value: &[u8],
+    finger: &mut Finger,
+) -> Result<bool> {
     debug_assert!(tree.kind == TreeKind::Multi);
     debug_assert!(value.len() <= super::MULTI_VALUE_SIZE_MAX_BYTES);
     // The outer tree does not change between `load` and the store that ends each case
     // (new pages for a set tree, or a change inside one, leave it as it was), except where
     // an entry is removed first.
-    let (at, set) = load(store, tree, key)?;
-    match set {
+    let (at, set) = load(store, tree, key, finger)?;
+    let split_nothing = match set {
         None => {
             if encoded_size([value]) <= EMBEDDED_SET_MAX_BYTES {
-                store_embedded(store, tree, key, &[value], Some(at))?;
+                store_embedded(store, tree, key, &[value], Some(at))?
             } else {
                 let set = new_set_tree(store, &[value])?;
-                store_tree(store, tree, key, &set, Some(at))?;
+                store_tree(store, tree, key, &set, Some(at))?
             }
         }
         Some(OwnedSet::Embedded(mut bytes)) => {
@@ -129,7 +146,7 @@ pub fn add<S: PageStore>(
                 // Spliced into the encoded set: no decoding into a list and back.
                 let len = (value.len() as u16).to_le_bytes();
                 bytes.splice(position..position, len.iter().chain(value).copied());
-                store_encoded(store, tree, key, &bytes, Some(at))?;
+                store_encoded(store, tree, key, &bytes, Some(at))?
             } else {
                 let mut values = decode_set(&bytes, at.leaf())?;
                 values.insert(values.partition_point(|v| *v < value), value);
@@ -137,6 +154,7 @@ pub fn add<S: PageStore>(
                 let set = new_set_tree(store, &values)?;
                 tree_write::remove(store, tree, key)?;
                 store_tree(store, tree, key, &set, None)?;
+                false
             }
         }
         Some(OwnedSet::Tree(mut set)) => {
@@ -145,8 +163,11 @@ pub fn add<S: PageStore>(
                 return Ok(false);
             }
             put(store, &mut set, value, NewEntry::Value(&[]), Some(in_set))?;
-            store_tree(store, tree, key, &set, Some(at))?;
+            store_tree(store, tree, key, &set, Some(at))?
         }
+    };
+    if !split_nothing {
+        finger.clear();
     }
     Ok(true)
 }
@@ -163,7 +184,7 @@ pub fn remove<S: PageStore>(
     value: &[u8],
 ) -> Result<bool> {
     debug_assert!(tree.kind == TreeKind::Multi);
-    let (at, set) = load(store, tree, key)?;
+    let (at, set) = load(store, tree, key, &mut Finger::default())?;
     match set {
         None => Ok(false),
         Some(OwnedSet::Embedded(bytes)) => {
@@ -203,7 +224,7 @@ pub fn remove<S: PageStore>(
 /// # Errors
 /// Scratch full; corruption.
 pub fn remove_key<S: PageStore>(store: &mut S, tree: &mut TreeHeader, key: &[u8]) -> Result<u64> {
-    let (at, set) = load(store, tree, key)?;
+    let (at, set) = load(store, tree, key, &mut Finger::default())?;
     let removed = match set {
         None => return Ok(0),
         Some(OwnedSet::Embedded(bytes)) => decode_set(&bytes, at.leaf())?.len() as u64,
