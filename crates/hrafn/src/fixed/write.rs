@@ -39,14 +39,14 @@ pub fn create<S: PageStore>(store: &mut S, value_size: u16) -> Result<TreeHeader
     })
 }
 
-/// The path from the root to the leaf for `key`: (branch page, child index taken).
-fn descend<S: PageStore>(
-    store: &S,
-    tree: &TreeHeader,
-    key: u64,
-) -> Result<(Vec<(u64, usize)>, u64)> {
+/// A path from the root to a leaf: (branch page, child index taken). Inline, not
+/// allocated: every insert and remove makes one.
+type Path = smallvec::SmallVec<[(u64, usize); 6]>;
+
+/// The path from the root to the leaf for `key`.
+fn descend<S: PageStore>(store: &S, tree: &TreeHeader, key: u64) -> Result<(Path, u64)> {
     let value_size = value_size_of(tree);
-    let mut path = Vec::new();
+    let mut path = Path::new();
     let mut page_number = tree.root_page;
     for _ in 0..DEPTH_MAX {
         let page = store.page(page_number)?;
@@ -178,7 +178,7 @@ fn put_entry(page: &mut [u8], n: usize, i: usize, key: u64, value: &[u8]) {
 fn insert_separator<S: PageStore>(
     store: &mut S,
     tree: &mut TreeHeader,
-    mut path: Vec<(u64, usize)>,
+    mut path: Path,
     mut separator: u64,
     mut right: u64,
 ) -> Result<()> {
