@@ -7,6 +7,7 @@ pub mod error;
 mod graph;
 pub mod load;
 pub mod pattern;
+mod pipeline;
 pub mod traverse;
 pub mod value;
 

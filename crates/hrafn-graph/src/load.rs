@@ -15,14 +15,20 @@
 //! range and the in-adjacency leaves of one destination range. Every transaction still
 //! holds whole edges (record and both directions), so a crash between two leaves no
 //! dangling half.
+//!
+//! The reading thread parses, orders and prepares each transaction's edges
+//! (`batch.rs`); two storing threads submit them in turn (`pipeline.rs`), so the single
+//! writer always has the next transaction while the last one's journal write is in
+//! flight.
 
 use crate::batch::{BatchEdge, EdgeBatch};
 use crate::error::{Error, Result};
 use crate::graph::Graph;
+use crate::pipeline::{Pipeline, Turn};
 use crate::value::{Properties, Value};
 use std::collections::HashMap;
 use std::io::Read;
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::Arc;
 
 /// Node rows per transaction.
 const ROWS_PER_TXN: usize = 20_000;
@@ -227,89 +233,6 @@ fn open_csv<R: Read>(
     Ok((reader, header))
 }
 
-/// Transactions a load keeps in the writer's hands at once: with two, one transaction's
-/// journal write overlaps the next one's tree work (the merger's pipelined commit), while
-/// the reading thread parses and prepares the one after.
-const STORERS: usize = 2;
-
-type Job<'a, T> = Box<dyn FnOnce() -> Result<T> + Send + 'a>;
-
-/// Store jobs run on [`STORERS`] threads, results collected on the reading thread (which
-/// owns the progress callback).
-struct Pipeline<'a, T> {
-    jobs: Option<mpsc::SyncSender<Job<'a, T>>>,
-    done: mpsc::Receiver<Result<T>>,
-    /// Jobs sent whose results were not yet taken.
-    pending: usize,
-}
-
-impl<'a, T: Send + 'a> Pipeline<'a, T> {
-    /// Runs `body` with a pipeline whose threads end when it returns.
-    fn run<R>(body: impl FnOnce(&mut Pipeline<'a, T>) -> Result<R>) -> Result<R>
-    where
-        T: 'a,
-    {
-        std::thread::scope(|scope| {
-            let (jobs, queue) = mpsc::sync_channel::<Job<'a, T>>(1);
-            let (results, done) = mpsc::channel();
-            let queue = Arc::new(Mutex::new(queue));
-            for _ in 0..STORERS {
-                let (results, queue) = (results.clone(), Arc::clone(&queue));
-                scope.spawn(move || {
-                    loop {
-                        // The guard goes at the end of the statement: one thread waits
-                        // for a job while the other works.
-                        let job = queue
-                            .lock()
-                            .map_err(|_| ())
-                            .and_then(|q| q.recv().map_err(|_| ()));
-                        let Ok(job) = job else { return };
-                        if results.send(job()).is_err() {
-                            return;
-                        }
-                    }
-                });
-            }
-            drop(results);
-            let mut pipeline = Pipeline {
-                jobs: Some(jobs),
-                done,
-                pending: 0,
-            };
-            body(&mut pipeline)
-        })
-    }
-
-    /// Sends `job`, waiting while the threads are busy and one job already waits.
-    fn send(&mut self, job: Job<'a, T>) -> Result<()> {
-        let jobs = self.jobs.as_ref().ok_or_else(Self::gone)?;
-        jobs.send(job).map_err(|_| Self::gone())?;
-        self.pending += 1;
-        Ok(())
-    }
-
-    /// The results ready now, without waiting.
-    fn ready(&mut self) -> Vec<Result<T>> {
-        let ready: Vec<Result<T>> = self.done.try_iter().collect();
-        self.pending -= ready.len();
-        ready
-    }
-
-    /// Every result still to come, after the last job.
-    fn finish(&mut self) -> Vec<Result<T>> {
-        self.jobs = None;
-        let rest: Vec<Result<T>> = self.done.iter().take(self.pending).collect();
-        self.pending -= rest.len();
-        rest
-    }
-
-    /// The storing threads stop early only by panicking, which the scope raises again
-    /// when the load returns; until then, sending fails with this.
-    fn gone() -> Error {
-        Error::Io(std::io::Error::other("the load's storing threads stopped"))
-    }
-}
-
 /// Node rows of one transaction, with their file ids.
 type NodeRows = Arc<Vec<(String, String, Properties)>>;
 
@@ -317,15 +240,16 @@ type NodeRows = Arc<Vec<(String, String, Properties)>>;
 fn send_nodes<'a>(
     graph: &'a Graph,
     batch: &mut Vec<(String, String, Properties)>,
-    pipeline: &mut Pipeline<'a, (NodeRows, Vec<u64>)>,
+    pipeline: &mut Pipeline<'a, '_, (NodeRows, Vec<u64>)>,
 ) -> Result<()> {
     if batch.is_empty() {
         return Ok(());
     }
     let rows: NodeRows = Arc::new(std::mem::take(batch));
-    pipeline.send(Box::new(move || {
-        let shared = Arc::clone(&rows);
+    pipeline.send(Box::new(move |turn: &Turn| {
+        let (shared, turn) = (Arc::clone(&rows), turn.clone());
         let ids = graph.submit(move |g| {
+            turn.begun();
             shared
                 .iter()
                 .map(|(_, label, props)| g.add_node(label, props))
@@ -340,7 +264,7 @@ fn send_nodes<'a>(
 fn send_round<'a>(
     graph: &'a Graph,
     round: &mut Round,
-    pipeline: &mut Pipeline<'a, u64>,
+    pipeline: &mut Pipeline<'a, '_, u64>,
 ) -> Result<()> {
     let (edges, types) = round.take();
     let mut rows = order_for_locality(edges, EDGE_ROWS_PER_TXN)
@@ -359,9 +283,12 @@ fn send_round<'a>(
                 (edge, &e.props)
             }),
         )?);
-        pipeline.send(Box::new(move || {
-            let shared = Arc::clone(&batch);
-            graph.submit(move |g| g.add_edge_batch(&shared).map(|_| ()))?;
+        pipeline.send(Box::new(move |turn: &Turn| {
+            let (shared, turn) = (Arc::clone(&batch), turn.clone());
+            graph.submit(move |g| {
+                turn.begun();
+                g.add_edge_batch(&shared).map(|_| ())
+            })?;
             Ok(batch.len() as u64)
         }))?;
     }
@@ -370,16 +297,18 @@ fn send_round<'a>(
 
 impl Graph {
     /// Loads nodes, then edges, from CSV (layouts above), in transactions of 20,000 node
-    /// rows or [`EDGE_ROWS_PER_TXN`] edge rows submitted for merging, two at a time so the
-    /// writer always has the next one; edges in rounds of up to [`ROUND_EDGES`] rows, each
-    /// stored in an order that keeps transactions local (module docs), so edge ids follow
-    /// that order, not the file's. Calls `progress` after each transaction.
+    /// rows or [`EDGE_ROWS_PER_TXN`] edge rows submitted for merging in file order, two at
+    /// a time so that the writer always has the next one; edges in rounds of up to
+    /// [`ROUND_EDGES`] rows, each stored in an order that keeps transactions local
+    /// (module docs), so edge ids follow that order, not the file's. Calls `progress`
+    /// after each transaction.
     ///
     /// # Errors
     /// [`Error::Parse`] with the line for a bad header, a short row, a node id given twice
     /// or an edge naming a node the node file does not have: what earlier transactions
     /// stored stays (the nodes, and the edges of earlier rounds), the rows of the round
-    /// being read are not stored. Engine errors.
+    /// being read are not stored. Engine errors: the transactions before the failing one
+    /// stay, and those already handed to the writer with them.
     pub fn load_csv(
         &self,
         nodes: impl Read,
@@ -390,138 +319,105 @@ impl Graph {
         let read_bytes = || bytes.load(std::sync::atomic::Ordering::Relaxed);
         let mut report = LoadReport::default();
         let mut at = LoadProgress::default();
+
         let (mut reader, header) = open_csv(nodes, &bytes, &["id", "label"], "node")?;
-        Pipeline::<(NodeRows, Vec<u64>)>::run(|pipeline| {
+        let mut node_stored = |(rows, ids): (NodeRows, Vec<u64>)| -> Result<()> {
+            for ((ext, _, _), id) in rows.iter().zip(ids) {
+                report.ids.insert(ext.clone(), id);
+            }
+            report.nodes += rows.len() as u64;
+            at.nodes = report.nodes;
+            at.bytes_read = read_bytes();
+            progress(&at);
+            Ok(())
+        };
+        Pipeline::run(&mut node_stored, |pipeline| {
             let mut batch: Vec<(String, String, Properties)> = Vec::new();
             let mut seen = std::collections::HashSet::new();
-            // Records what stored batches returned; the first error ends the load.
-            let stored = |results: Vec<Result<(NodeRows, Vec<u64>)>>,
-                          report: &mut LoadReport|
-             -> Result<bool> {
-                let any = !results.is_empty();
-                for result in results {
-                    let (rows, ids) = result?;
-                    for ((ext, _, _), id) in rows.iter().zip(ids) {
-                        report.ids.insert(ext.clone(), id);
-                    }
-                    report.nodes += rows.len() as u64;
+            for record in reader.records() {
+                let record = record.map_err(csv_error)?;
+                let line = record.position().map_or(0, |p| p.line());
+                if record.len() < 2 {
+                    return Err(parse_error(line, "a node row needs an id and a label"));
                 }
-                Ok(any)
-            };
-            let mut tell = |report: &LoadReport, at: &mut LoadProgress| {
-                at.nodes = report.nodes;
-                at.bytes_read = read_bytes();
-                progress(at);
-            };
-            let read = (|| -> Result<()> {
-                for record in reader.records() {
-                    let record = record.map_err(csv_error)?;
-                    let line = record.position().map_or(0, |p| p.line());
-                    if record.len() < 2 {
-                        return Err(parse_error(line, "a node row needs an id and a label"));
-                    }
-                    let mut props = Properties::new();
-                    props.insert(
-                        EXTERNAL_ID_PROPERTY.into(),
-                        Value::Text(record[0].to_string()),
-                    );
-                    for (name, cell) in header.iter().zip(record.iter()).skip(2) {
-                        if let Some(v) = cell_value(cell) {
-                            props.insert(name.clone(), v);
-                        }
-                    }
-                    if !seen.insert(record[0].to_string()) {
-                        return Err(parse_error(
-                            line,
-                            format!("node {:?} given twice", &record[0]),
-                        ));
-                    }
-                    batch.push((record[0].to_string(), record[1].to_string(), props));
-                    if batch.len() == ROWS_PER_TXN {
-                        send_nodes(self, &mut batch, pipeline)?;
-                    }
-                    if stored(pipeline.ready(), &mut report)? {
-                        tell(&report, &mut at);
+                let mut props = Properties::new();
+                props.insert(
+                    EXTERNAL_ID_PROPERTY.into(),
+                    Value::Text(record[0].to_string()),
+                );
+                for (name, cell) in header.iter().zip(record.iter()).skip(2) {
+                    if let Some(v) = cell_value(cell) {
+                        props.insert(name.clone(), v);
                     }
                 }
-                send_nodes(self, &mut batch, pipeline)
-            })();
-            // What was sent is stored (or failed) before the load returns, even on an error.
-            for result in pipeline.finish() {
-                if stored(vec![result], &mut report)? {
-                    tell(&report, &mut at);
+                if !seen.insert(record[0].to_string()) {
+                    return Err(parse_error(
+                        line,
+                        format!("node {:?} given twice", &record[0]),
+                    ));
                 }
+                batch.push((record[0].to_string(), record[1].to_string(), props));
+                if batch.len() == ROWS_PER_TXN {
+                    send_nodes(self, &mut batch, pipeline)?;
+                }
+                pipeline.check()?;
             }
-            read?;
-            // A node file without rows is told too.
-            if report.nodes == 0 {
-                tell(&report, &mut at);
-            }
-            Ok(())
+            send_nodes(self, &mut batch, pipeline)
         })?;
+        // A node file without rows is told too.
+        if report.nodes == 0 {
+            at.bytes_read = read_bytes();
+            progress(&at);
+        }
 
         let (mut reader, header) = open_csv(edges, &bytes, &["src", "dst", "type"], "edge")?;
-        Pipeline::<u64>::run(|pipeline| {
+        // The reading loop resolves ends through the ids while transactions are counted.
+        let ids = &report.ids;
+        let mut edges_stored = 0u64;
+        let mut edge_stored = |count: u64| -> Result<()> {
+            edges_stored += count;
+            at.edges = edges_stored;
+            at.bytes_read = read_bytes();
+            progress(&at);
+            Ok(())
+        };
+        Pipeline::run(&mut edge_stored, |pipeline| {
             let mut round = Round::default();
             let mut round_start_bytes = 0u64;
-            let stored = |results: Vec<Result<u64>>, report: &mut LoadReport| -> Result<bool> {
-                let any = !results.is_empty();
-                for result in results {
-                    report.edges += result?;
+            for record in reader.records() {
+                let record = record.map_err(csv_error)?;
+                let line = record.position().map_or(0, |p| p.line());
+                if record.len() < 3 {
+                    return Err(parse_error(line, "an edge row needs src, dst and type"));
                 }
-                Ok(any)
-            };
-            let mut tell = |report: &LoadReport, at: &mut LoadProgress| {
-                at.edges = report.edges;
-                at.bytes_read = read_bytes();
-                progress(at);
-            };
-            let mut report_at = (&mut report, &mut at);
-            let read = (|| -> Result<()> {
-                let (report, at) = &mut report_at;
-                for record in reader.records() {
-                    let record = record.map_err(csv_error)?;
-                    let line = record.position().map_or(0, |p| p.line());
-                    if record.len() < 3 {
-                        return Err(parse_error(line, "an edge row needs src, dst and type"));
-                    }
-                    let end = |i: usize| {
-                        report.ids.get(&record[i]).copied().ok_or_else(|| {
-                            parse_error(line, format!("no node {:?} in the node file", &record[i]))
-                        })
-                    };
-                    let (src, dst) = (end(0)?, end(1)?);
-                    let mut props = Properties::new();
-                    for (name, cell) in header.iter().zip(record.iter()).skip(3) {
-                        if let Some(v) = cell_value(cell) {
-                            props.insert(name.clone(), v);
-                        }
-                    }
-                    round.push(src, dst, &record[2], props);
-                    let read = read_bytes();
-                    if round.edges.len() == ROUND_EDGES || read - round_start_bytes >= ROUND_BYTES {
-                        send_round(self, &mut round, pipeline)?;
-                        round_start_bytes = read;
-                    }
-                    if stored(pipeline.ready(), report)? {
-                        tell(report, at);
+                let end = |i: usize| {
+                    ids.get(&record[i]).copied().ok_or_else(|| {
+                        parse_error(line, format!("no node {:?} in the node file", &record[i]))
+                    })
+                };
+                let (src, dst) = (end(0)?, end(1)?);
+                let mut props = Properties::new();
+                for (name, cell) in header.iter().zip(record.iter()).skip(3) {
+                    if let Some(v) = cell_value(cell) {
+                        props.insert(name.clone(), v);
                     }
                 }
-                send_round(self, &mut round, pipeline)
-            })();
-            let (report, at) = report_at;
-            for result in pipeline.finish() {
-                if stored(vec![result], report)? {
-                    tell(report, at);
+                round.push(src, dst, &record[2], props);
+                let read = read_bytes();
+                if round.edges.len() == ROUND_EDGES || read - round_start_bytes >= ROUND_BYTES {
+                    send_round(self, &mut round, pipeline)?;
+                    round_start_bytes = read;
                 }
+                pipeline.check()?;
             }
-            read?;
-            // The last call tells the whole load, also when no edge transaction made it.
-            if report.edges == 0 || at.bytes_read != read_bytes() {
-                tell(report, at);
-            }
-            Ok(())
+            send_round(self, &mut round, pipeline)
         })?;
+        report.edges = edges_stored;
+        // The last call tells the whole load, also when no edge transaction made it.
+        if report.edges == 0 || at.bytes_read != read_bytes() {
+            at.bytes_read = read_bytes();
+            progress(&at);
+        }
         Ok(report)
     }
 }

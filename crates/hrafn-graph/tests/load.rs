@@ -219,6 +219,12 @@ fn progress_is_reported_after_each_transaction() {
     }
     let last = calls.last().expect("calls");
     assert_eq!((last.nodes, last.edges), (report.nodes, report.edges));
+    // Transactions are stored in file order, two threads or not: so are the ids.
+    let ids: Vec<u64> = (0..n).map(|i| report.ids[&format!("n{i}")]).collect();
+    assert!(
+        ids.windows(2).all(|w| w[0] < w[1]),
+        "node ids out of file order"
+    );
     assert_eq!(last.bytes_read, (nodes.len() + edges.len()) as u64);
     g.read(|r| {
         assert_eq!(r.node_count(), n as u64);
@@ -385,5 +391,25 @@ fn a_reordered_load_stores_every_row() {
     got.sort_unstable();
     assert_eq!(got, want);
     assert_eq!(incoming, rows.len() as u64);
+    assert!(g.check().expect("check").is_ok());
+}
+
+/// Transactions already handed to the storing threads when a bad row turns up are stored
+/// before the error returns, and nothing after the bad row is: two full node transactions
+/// (40,000 rows) stay, the 5,000 rows read after them do not.
+#[test]
+fn a_bad_row_after_full_transactions_keeps_exactly_those() {
+    let (_dir, g) = open();
+    let mut nodes = String::from("id,label\n");
+    for i in 0..45_000 {
+        nodes.push_str(&format!("n{i},L\n"));
+    }
+    nodes.push_str("n7,L\n"); // line 45,002: n7 again
+    let (r, calls) = load(&g, &nodes, "src,dst,type\n");
+    let (line, message) = parse_line(r);
+    assert_eq!(line, 45_002);
+    assert!(message.contains("n7"), "{message}");
+    assert_eq!(counts(&g), (40_000, 0));
+    assert_eq!(calls.last().map(|c| c.nodes), Some(40_000), "{calls:?}");
     assert!(g.check().expect("check").is_ok());
 }

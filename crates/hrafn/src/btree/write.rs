@@ -178,6 +178,7 @@ pub(crate) fn insert_entry<S: PageStore>(
             node::insert_leaf(page, index, key, &stored);
             tree.entry_count += 1;
             hint.last = Some((leaf, index));
+            hint.in_place = true;
             return Ok(false);
         }
     }
@@ -248,7 +249,8 @@ struct FingerAt {
     key: Vec<u8>,
     leaf: u64,
     path: Path,
-    /// The first key of the next leaf (`None` for the rightmost leaf).
+    /// The separator above the leaf: every key of the leaf sorts below it (`None` for
+    /// the rightmost leaf).
     upper: Option<Vec<u8>>,
 }
 

@@ -203,9 +203,11 @@ impl<'t, 'env> MultiTreeMut<'t, 'env> {
                 }
             }
         }
-        // The header changed with every add, also those before a failure.
-        self.txn.set_tree_header(self.index, header)?;
-        outcome.map(|()| added)
+        // The header changed with every add, also those before a failure; that failure is
+        // the error to report.
+        let stored = self.txn.set_tree_header(self.index, header);
+        outcome?;
+        stored.map(|()| added)
     }
 
     /// Removes `value` from `key`'s set (the key goes with its last value). Returns false
