@@ -127,7 +127,10 @@ pub fn validate_header(page: &[u8], page_number: u64) -> Result<()> {
     Ok(())
 }
 
-#[inline]
+// Always inlined, with `range` and `key`: the binary search calls them once per probe, and
+// with more callers of `search` the compiler stopped inlining them on its own (point
+// reads lost 12-15%).
+#[inline(always)]
 fn slot(page: &[u8], i: usize, page_number: u64) -> Result<usize> {
     let at = PAGE_HEADER_SIZE_BYTES + i * SLOT_BYTES;
     if i >= count(page) || at + SLOT_BYTES > PAGE_SIZE_BYTES {
@@ -140,7 +143,7 @@ fn slot(page: &[u8], i: usize, page_number: u64) -> Result<usize> {
     Ok(offset)
 }
 
-#[inline]
+#[inline(always)]
 fn range(page_number: u64, start: usize, len: usize) -> Result<std::ops::Range<usize>> {
     match start.checked_add(len) {
         Some(end) if end <= PAGE_SIZE_BYTES => Ok(start..end),
@@ -149,7 +152,7 @@ fn range(page_number: u64, start: usize, len: usize) -> Result<std::ops::Range<u
 }
 
 /// The key of entry `i` (leaf or branch).
-#[inline]
+#[inline(always)]
 pub fn key(page: &[u8], i: usize, leaf: bool, page_number: u64) -> Result<&[u8]> {
     let at = slot(page, i, page_number)?;
     let head = range(page_number, at, 2)?;
