@@ -15,6 +15,31 @@ pub(crate) struct BatchEdge {
     pub type_index: usize,
 }
 
+/// The distinct edge types a run of edges names, each with its index.
+#[derive(Default)]
+pub(crate) struct TypeNames {
+    names: Vec<String>,
+    indexes: rustc_hash::FxHashMap<String, usize>,
+}
+
+impl TypeNames {
+    /// The index of `name`, given it on its first use.
+    pub fn index_of(&mut self, name: &str) -> usize {
+        if let Some(&i) = self.indexes.get(name) {
+            return i;
+        }
+        self.names.push(name.to_string());
+        self.indexes.insert(name.to_string(), self.names.len() - 1);
+        self.names.len() - 1
+    }
+
+    /// The names by index, leaving it empty.
+    pub fn take(&mut self) -> Vec<String> {
+        self.indexes.clear();
+        std::mem::take(&mut self.names)
+    }
+}
+
 /// Edges ready for [`crate::GraphWriter`] to store (see the module docs).
 pub(crate) struct EdgeBatch {
     /// The edge types the edges name, checked.
@@ -101,22 +126,19 @@ impl EdgeBatch {
     /// # Errors
     /// As [`EdgeBatch::new`].
     pub fn of(edges: &[(u64, u64, &str, &Properties)]) -> Result<EdgeBatch> {
-        let mut types: Vec<String> = Vec::new();
-        let mut index_of = rustc_hash::FxHashMap::<&str, usize>::default();
-        let mut typed = Vec::with_capacity(edges.len());
-        for &(source, destination, edge_type, props) in edges {
-            let type_index = *index_of.entry(edge_type).or_insert_with(|| {
-                types.push(edge_type.to_string());
-                types.len() - 1
-            });
-            let edge = BatchEdge {
-                source,
-                destination,
-                type_index,
-            };
-            typed.push((edge, props));
-        }
-        EdgeBatch::new(Arc::new(types), typed)
+        let mut types = TypeNames::default();
+        let typed: Vec<(BatchEdge, &Properties)> = edges
+            .iter()
+            .map(|&(source, destination, edge_type, props)| {
+                let edge = BatchEdge {
+                    source,
+                    destination,
+                    type_index: types.index_of(edge_type),
+                };
+                (edge, props)
+            })
+            .collect();
+        EdgeBatch::new(Arc::new(types.take()), typed)
     }
 
     /// The edges' count.

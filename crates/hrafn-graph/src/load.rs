@@ -21,7 +21,7 @@
 //! writer always has the next transaction while the last one's journal write is in
 //! flight.
 
-use crate::batch::{BatchEdge, EdgeBatch};
+use crate::batch::{BatchEdge, EdgeBatch, TypeNames};
 use crate::error::{Error, Result};
 use crate::graph::Graph;
 use crate::pipeline::{Pipeline, Turn};
@@ -49,10 +49,8 @@ const ROUND_BYTES: u64 = 256 << 20;
 
 /// An edge row read and resolved, waiting for its round to be stored.
 struct PendingEdge {
-    src: u64,
-    dst: u64,
-    /// Index into the round's distinct edge types.
-    type_index: usize,
+    /// Its ends and the index of its type among the round's.
+    edge: BatchEdge,
     props: Properties,
 }
 
@@ -60,36 +58,22 @@ struct PendingEdge {
 #[derive(Default)]
 struct Round {
     edges: Vec<PendingEdge>,
-    types: Vec<String>,
-    type_indexes: HashMap<String, usize>,
+    types: TypeNames,
 }
 
 impl Round {
-    fn push(&mut self, src: u64, dst: u64, edge_type: &str, props: Properties) {
-        let type_index = match self.type_indexes.get(edge_type) {
-            Some(&i) => i,
-            None => {
-                self.types.push(edge_type.to_string());
-                self.type_indexes
-                    .insert(edge_type.to_string(), self.types.len() - 1);
-                self.types.len() - 1
-            }
+    fn push(&mut self, source: u64, destination: u64, edge_type: &str, props: Properties) {
+        let edge = BatchEdge {
+            source,
+            destination,
+            type_index: self.types.index_of(edge_type),
         };
-        self.edges.push(PendingEdge {
-            src,
-            dst,
-            type_index,
-            props,
-        });
+        self.edges.push(PendingEdge { edge, props });
     }
 
     /// The round's edges and types, leaving it empty.
     fn take(&mut self) -> (Vec<PendingEdge>, Arc<Vec<String>>) {
-        self.type_indexes.clear();
-        (
-            std::mem::take(&mut self.edges),
-            Arc::new(std::mem::take(&mut self.types)),
-        )
+        (std::mem::take(&mut self.edges), Arc::new(self.types.take()))
     }
 }
 
@@ -110,14 +94,17 @@ fn order_for_locality(edges: Vec<PendingEdge>, per_txn: usize) -> Vec<PendingEdg
         ends.sort_unstable();
         (1..ranges).map(|i| ends[i * ends.len() / ranges]).collect()
     };
-    let (src_cuts, dst_cuts) = (cuts(|e| e.src), cuts(|e| e.dst));
+    let (src_cuts, dst_cuts) = (cuts(|e| e.edge.source), cuts(|e| e.edge.destination));
     let range_of = |cuts: &[u64], end: u64| cuts.partition_point(|&c| c <= end);
     let mut order: Vec<(usize, usize, u64, u64, usize)> = edges
         .iter()
         .enumerate()
         .map(|(i, e)| {
-            let tile = (range_of(&src_cuts, e.src), range_of(&dst_cuts, e.dst));
-            (tile.0, tile.1, e.src, e.dst, i)
+            let tile = (
+                range_of(&src_cuts, e.edge.source),
+                range_of(&dst_cuts, e.edge.destination),
+            );
+            (tile.0, tile.1, e.edge.source, e.edge.destination, i)
         })
         .collect();
     order.sort_unstable();
@@ -247,9 +234,8 @@ fn send_nodes<'a>(
     }
     let rows: NodeRows = Arc::new(std::mem::take(batch));
     pipeline.send(Box::new(move |turn: &Turn| {
-        let (shared, turn) = (Arc::clone(&rows), turn.clone());
-        let ids = graph.submit(move |g| {
-            turn.begun();
+        let shared = Arc::clone(&rows);
+        let ids = turn.submit(graph, move |g| {
             shared
                 .iter()
                 .map(|(_, label, props)| g.add_node(label, props))
@@ -274,21 +260,11 @@ fn send_round<'a>(
         let txn: Vec<PendingEdge> = rows.by_ref().take(EDGE_ROWS_PER_TXN).collect();
         let batch = Arc::new(EdgeBatch::new(
             Arc::clone(&types),
-            txn.iter().map(|e| {
-                let edge = BatchEdge {
-                    source: e.src,
-                    destination: e.dst,
-                    type_index: e.type_index,
-                };
-                (edge, &e.props)
-            }),
+            txn.iter().map(|e| (e.edge, &e.props)),
         )?);
         pipeline.send(Box::new(move |turn: &Turn| {
-            let (shared, turn) = (Arc::clone(&batch), turn.clone());
-            graph.submit(move |g| {
-                turn.begun();
-                g.add_edge_batch(&shared).map(|_| ())
-            })?;
+            let shared = Arc::clone(&batch);
+            turn.submit(graph, move |g| g.add_edge_batch(&shared).map(|_| ()))?;
             Ok(batch.len() as u64)
         }))?;
     }
@@ -427,11 +403,13 @@ mod tests {
     use super::*;
     use rand::{Rng, SeedableRng};
 
-    fn edge(src: u64, dst: u64) -> PendingEdge {
+    fn edge(source: u64, destination: u64) -> PendingEdge {
         PendingEdge {
-            src,
-            dst,
-            type_index: 0,
+            edge: BatchEdge {
+                source,
+                destination,
+                type_index: 0,
+            },
             props: Properties::new(),
         }
     }
@@ -445,9 +423,15 @@ mod tests {
         let edges: Vec<PendingEdge> = (0..n)
             .map(|_| edge(rng.gen_range(0..space), rng.gen_range(0..space)))
             .collect();
-        let mut before: Vec<(u64, u64)> = edges.iter().map(|e| (e.src, e.dst)).collect();
+        let mut before: Vec<(u64, u64)> = edges
+            .iter()
+            .map(|e| (e.edge.source, e.edge.destination))
+            .collect();
         let ordered = order_for_locality(edges, per_txn);
-        let mut after: Vec<(u64, u64)> = ordered.iter().map(|e| (e.src, e.dst)).collect();
+        let mut after: Vec<(u64, u64)> = ordered
+            .iter()
+            .map(|e| (e.edge.source, e.edge.destination))
+            .collect();
         // Tenths of the key space, about the ranges the order cuts (10 by 10 here).
         let tenths = |chunk: &[PendingEdge], end: fn(&PendingEdge) -> u64| {
             let mut t: Vec<u64> = chunk.iter().map(|e| end(e) * 10 / space).collect();
@@ -456,9 +440,12 @@ mod tests {
             t.len()
         };
         let chunks: Vec<&[PendingEdge]> = ordered.chunks(per_txn).collect();
-        let src_max = chunks.iter().map(|c| tenths(c, |e| e.src)).max();
-        let dst_mean =
-            chunks.iter().map(|c| tenths(c, |e| e.dst)).sum::<usize>() as f64 / chunks.len() as f64;
+        let src_max = chunks.iter().map(|c| tenths(c, |e| e.edge.source)).max();
+        let dst_mean = chunks
+            .iter()
+            .map(|c| tenths(c, |e| e.edge.destination))
+            .sum::<usize>() as f64
+            / chunks.len() as f64;
         assert!(
             src_max <= Some(3),
             "source tenths per transaction: {src_max:?}"
@@ -477,6 +464,6 @@ mod tests {
     fn a_small_round_keeps_its_order() {
         let edges: Vec<PendingEdge> = (0..100).rev().map(|i| edge(i, i)).collect();
         let ordered = order_for_locality(edges, 1_000);
-        assert!(ordered.iter().map(|e| e.src).eq((0..100).rev()));
+        assert!(ordered.iter().map(|e| e.edge.source).eq((0..100).rev()));
     }
 }

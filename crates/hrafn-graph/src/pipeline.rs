@@ -8,13 +8,15 @@
 //! caller's progress callback; after a failed transaction nothing more is sent.
 
 use crate::error::{Error, Result};
+use crate::graph::{Graph, GraphWriter};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 
 /// Threads that submit transactions.
 const STORERS: usize = 2;
 
-/// A job: submits one transaction, telling `Turn::begun` once it runs.
+/// A job: submits one transaction through [`Turn::submit`] (or tells [`Turn::begun`]
+/// itself once its transaction runs).
 pub(crate) type Job<'a, T> = Box<dyn FnOnce(&Turn) -> Result<T> + Send + 'a>;
 
 /// How many jobs have begun, for [`Turn`].
@@ -50,6 +52,20 @@ impl Turn {
         }
     }
 
+    /// Runs `work` in a merged write transaction of `graph`, letting the next job submit
+    /// as soon as the transaction begins.
+    pub(crate) fn submit<T: Send + 'static>(
+        &self,
+        graph: &Graph,
+        work: impl Fn(&mut GraphWriter<'_, '_>) -> Result<T> + Send + Sync + 'static,
+    ) -> Result<T> {
+        let turn = self.clone();
+        graph.submit(move |g| {
+            turn.begun();
+            work(g)
+        })
+    }
+
     /// This job's transaction has begun: the next job may submit. Called from inside the
     /// transaction (which may run more than once) and again after it.
     pub(crate) fn begun(&self) {
@@ -79,8 +95,6 @@ impl Drop for BegunOnDrop<'_> {
 pub(crate) struct Pipeline<'a, 'h, T> {
     jobs: Option<mpsc::SyncSender<(Turn, Job<'a, T>)>>,
     done: mpsc::Receiver<Result<T>>,
-    /// Jobs sent whose results were not yet taken.
-    pending: usize,
     sent: u64,
     turns: Arc<Turns>,
     /// Takes each stored transaction's result.
@@ -125,7 +139,6 @@ impl<'a, 'h, T: Send + 'a> Pipeline<'a, 'h, T> {
             let mut pipeline = Pipeline {
                 jobs: Some(jobs),
                 done,
-                pending: 0,
                 sent: 0,
                 turns: Arc::default(),
                 on_stored,
@@ -155,7 +168,6 @@ impl<'a, 'h, T: Send + 'a> Pipeline<'a, 'h, T> {
         let jobs = self.jobs.as_ref().ok_or_else(stopped)?;
         jobs.send((turn, job)).map_err(|_| stopped())?;
         self.sent += 1;
-        self.pending += 1;
         Ok(())
     }
 
@@ -173,18 +185,16 @@ impl<'a, 'h, T: Send + 'a> Pipeline<'a, 'h, T> {
         }
     }
 
-    /// Sends no more jobs and takes every result still to come.
+    /// Sends no more jobs and takes every result still to come: the threads finish the
+    /// jobs queued, then end, which closes the results.
     fn finish(&mut self) {
         self.jobs = None;
-        while self.pending > 0 {
-            // Ends early only if a thread died, which the scope raises.
-            let Ok(result) = self.done.recv() else { break };
+        while let Ok(result) = self.done.recv() {
             self.take(result);
         }
     }
 
     fn take(&mut self, result: Result<T>) {
-        self.pending -= 1;
         // Every stored transaction is handed over, also after a failure.
         let outcome = result.and_then(|stored| (self.on_stored)(stored));
         if let Err(error) = outcome {
