@@ -15,21 +15,23 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 /// Threads that submit transactions.
 const STORERS: usize = 2;
 
-/// A job: submits one transaction through [`Turn::submit`] (or tells [`Turn::begun`]
+/// A job: submits one transaction through [`Turn::submit`] (or tells [`Turn::ran`]
 /// itself once its transaction runs).
 pub(crate) type Job<'a, T> = Box<dyn FnOnce(&Turn) -> Result<T> + Send + 'a>;
 
-/// How many jobs have begun, for [`Turn`].
+/// How many jobs' work has run, for [`Turn`].
 #[derive(Default)]
 struct Turns {
-    begun: Mutex<u64>,
+    ran: Mutex<u64>,
     changed: Condvar,
 }
 
-/// A job's place in the order: job `n` submits once job `n - 1`'s transaction has begun
-/// (its work ran in the writer, or its submit returned). Job `n` then waits in the merge
-/// queue while `n - 1` runs, so the writer still finds it there when `n - 1`'s journal
-/// write starts.
+/// A job's place in the order: job `n` submits once job `n - 1`'s work has run in the
+/// writer (or its submit returned). Not sooner: the merger takes every request waiting
+/// when a transaction's work ends into that transaction, so a job submitted while the
+/// last one runs joins it, and both storing threads then wait through its commit with
+/// nothing for the writer to do. Submitted as that work ends, job `n` arrives while
+/// `n - 1` is prepared for its commit and runs while `n - 1`'s journal write is in flight.
 #[derive(Clone)]
 pub(crate) struct Turn {
     turns: Arc<Turns>,
@@ -38,22 +40,22 @@ pub(crate) struct Turn {
 
 impl Turn {
     fn wait(&self) {
-        let mut begun = self
+        let mut ran = self
             .turns
-            .begun
+            .ran
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        while *begun < self.seq {
-            begun = self
+        while *ran < self.seq {
+            ran = self
                 .turns
                 .changed
-                .wait(begun)
+                .wait(ran)
                 .unwrap_or_else(PoisonError::into_inner);
         }
     }
 
     /// Runs `work` in a merged write transaction of `graph`, letting the next job submit
-    /// as soon as the transaction begins.
+    /// as soon as the work has run.
     pub(crate) fn submit<T: Send + 'static>(
         &self,
         graph: &Graph,
@@ -61,21 +63,22 @@ impl Turn {
     ) -> Result<T> {
         let turn = self.clone();
         graph.submit(move |g| {
-            turn.begun();
-            work(g)
+            let result = work(g);
+            turn.ran();
+            result
         })
     }
 
-    /// This job's transaction has begun: the next job may submit. Called from inside the
-    /// transaction (which may run more than once) and again after it.
-    pub(crate) fn begun(&self) {
-        let mut begun = self
+    /// This job's work has run in the writer: the next job may submit. Called from inside
+    /// the transaction (whose work may run more than once) and again after it.
+    pub(crate) fn ran(&self) {
+        let mut ran = self
             .turns
-            .begun
+            .ran
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if *begun <= self.seq {
-            *begun = self.seq + 1;
+        if *ran <= self.seq {
+            *ran = self.seq + 1;
             self.turns.changed.notify_all();
         }
     }
@@ -83,11 +86,11 @@ impl Turn {
 
 /// Lets the next job go even if this one panics, so the other thread never waits
 /// forever (the scope then raises the panic).
-struct BegunOnDrop<'t>(&'t Turn);
+struct RanOnDrop<'t>(&'t Turn);
 
-impl Drop for BegunOnDrop<'_> {
+impl Drop for RanOnDrop<'_> {
     fn drop(&mut self) {
-        self.0.begun();
+        self.0.ran();
     }
 }
 
@@ -127,7 +130,7 @@ impl<'a, 'h, T: Send + 'a> Pipeline<'a, 'h, T> {
                             .map_err(|_| ())
                             .and_then(|q| q.recv().map_err(|_| ()));
                         let Ok((turn, job)) = next else { return };
-                        let _next_may_go = BegunOnDrop(&turn);
+                        let _next_may_go = RanOnDrop(&turn);
                         turn.wait();
                         if results.send(job(&turn)).is_err() {
                             return;
@@ -233,7 +236,7 @@ mod tests {
                     // Later jobs are quick: only the turns keep them in order.
                     std::thread::sleep(Duration::from_millis(if n % 2 == 0 { 3 } else { 0 }));
                     order.lock().expect("lock").push(n);
-                    turn.begun();
+                    turn.ran();
                     if n == 12 {
                         Err(Error::NoSuchNode(n))
                     } else {

@@ -256,6 +256,42 @@ fn back_pressure_bounds_the_queue() {
     assert_eq!(count_keys(&env, "b"), 640);
 }
 
+/// A closure's size is unknown until it runs: the pages it changed count against the
+/// batch byte limit, so closures that each change more than it are never merged.
+#[test]
+fn closures_that_change_many_pages_commit_one_by_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let options = common::small_options().merge_batch_max_bytes(64 << 10);
+    let env = Arc::new(Environment::open(dir.path(), options).expect("open"));
+    let handles: Vec<_> = (0..4u32)
+        .map(|t| {
+            let env = Arc::clone(&env);
+            std::thread::spawn(move || {
+                for i in 0..10u32 {
+                    env.submit(move |txn| {
+                        let mut tree = txn.open_tree("big")?;
+                        for k in 0..100u32 {
+                            tree.insert(format!("{t}-{i}-{k}"), vec![7u8; 1000])?;
+                        }
+                        Ok(())
+                    })
+                    .expect("submit");
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("thread");
+    }
+    let stats = env.stats();
+    assert_eq!(stats.merged_requests, 40);
+    assert_eq!(
+        stats.merged_transactions, 40,
+        "each closure changed about 100 KiB of pages, over the 64 KiB limit"
+    );
+    assert_eq!(count_keys(&env, "big"), 4000);
+}
+
 #[test]
 fn acknowledged_merged_writes_survive_a_simulated_power_loss() {
     for crash_op in [400u64, 900, 1500, 2500] {

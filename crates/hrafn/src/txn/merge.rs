@@ -296,11 +296,13 @@ impl Merger {
             let mut failed_first: Option<Error> = None;
             let mut lingered = false;
             loop {
+                // A closure's size is known only once it ran: the pages it changed count.
+                let changed_bytes = wtx.as_ref().map_or(0, WriteTxn::dirty_size_bytes);
                 let taken = {
                     let mut queue = self.queue.lock();
                     loop {
                         let full = executed.len() >= env.options.merge_batch_max_requests
-                            || bytes >= env.options.merge_batch_max_bytes;
+                            || bytes.max(changed_bytes) >= env.options.merge_batch_max_bytes;
                         if !queue.pending.is_empty() && !full {
                             break;
                         }
@@ -341,7 +343,18 @@ impl Merger {
                 if taken.is_empty() {
                     break; // full, or the journal is idle: commit what we have
                 }
-                for request in taken {
+                let mut taken = taken.into_iter();
+                for request in taken.by_ref() {
+                    let changed_bytes = wtx.as_ref().map_or(0, WriteTxn::dirty_size_bytes);
+                    if !failed && changed_bytes >= env.options.merge_batch_max_bytes {
+                        // Full by what it changed: the rest wait for the next transaction,
+                        // first in line as they were.
+                        let mut queue = self.queue.lock();
+                        for rest in std::iter::once(request).chain(taken.by_ref()).rev() {
+                            queue.pending.push_front(rest);
+                        }
+                        break;
+                    }
                     if !failed {
                         let first = executed.is_empty();
                         let txn = match &mut wtx {

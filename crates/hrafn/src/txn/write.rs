@@ -760,6 +760,11 @@ impl<'env> WriteTxn<'env> {
         }
     }
 
+    /// Scratch bytes of the pages this transaction changed so far.
+    pub(crate) fn dirty_size_bytes(&self) -> usize {
+        self.dirty_size_bytes as usize
+    }
+
     /// Waits for scratch room for `bytes` more, then fails with [`Error::ScratchFull`]; a
     /// transaction that alone outgrows the limit fails at once with
     /// [`Error::TransactionTooLarge`], since no flush can make room for it.
