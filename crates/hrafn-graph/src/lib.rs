@@ -5,6 +5,7 @@ mod batch;
 pub mod check;
 pub mod error;
 mod graph;
+mod ids;
 pub mod load;
 pub mod pattern;
 mod pipeline;

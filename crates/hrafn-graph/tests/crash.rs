@@ -551,31 +551,39 @@ fn a_bulk_load_survives_power_loss_transaction_by_transaction() {
         let (s, d) = (rng.gen_range(0..nodes_count), rng.gen_range(0..nodes_count));
         edges.push_str(&format!("n{s},n{d},{}\n", TYPES[rng.gen_range(0..3)]));
     }
-    // The (nodes, edges) counts acknowledged by the progress calls, in order.
-    let load = |sim: &SimStorage| -> Vec<(u64, u64)> {
-        let mut acked = vec![(0, 0)];
+    // The (nodes, edges) counts acknowledged by the progress calls, in order, and the
+    // storage operations done by then.
+    let load = |sim: &SimStorage| -> (Vec<(u64, u64)>, Vec<u64>) {
+        let (mut acked, mut ops) = (vec![(0, 0)], vec![0]);
         if let Ok(g) = open(sim) {
             let _ = g.load_csv(nodes.as_bytes(), edges.as_bytes(), &mut |p| {
                 acked.push((p.nodes, p.edges));
+                ops.push(sim.ops_count());
             });
         }
-        acked
+        (acked, ops)
     };
     let dry = SimStorage::new(9);
-    let full = load(&dry);
+    let (full, acked_at_op) = load(&dry);
     assert_eq!(
         full.last(),
         Some(&(nodes_count as u64, edge_count as u64)),
         "the dry run completes"
     );
+    // Evenly over the whole run (the flusher's writes after the last commit are most of
+    // it), and halfway between each two acknowledgements of the dry run, so crashes land
+    // between transactions however the threads' operations interleave.
     let ops = dry.ops_count();
     let points = 12;
+    let mut crash_ops: Vec<u64> = (0..points).map(|i| 1 + i * ops / points + i % 3).collect();
+    crash_ops.extend(acked_at_op.windows(2).map(|w| (w[0] + w[1]).div_ceil(2)));
+    crash_ops.sort_unstable();
+    crash_ops.dedup();
     let mut edges_seen = BTreeSet::new();
-    for i in 0..points {
-        let crash_op = 1 + i * ops / points + i % 3;
+    for crash_op in crash_ops {
         let sim = SimStorage::new(9);
         sim.crash_at(crash_op);
-        let acked = load(&sim);
+        let (acked, _) = load(&sim);
         let &(acked_nodes, acked_edges) = acked.last().expect("one entry at least");
         for damage in [Damage::DropAll, Damage::KeepAll, Damage::Random] {
             let what = format!(
