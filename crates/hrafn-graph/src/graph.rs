@@ -222,7 +222,8 @@ fn next_id(wtx: &mut WriteTxn<'_>, key: &[u8]) -> Result<u64> {
 
 /// An adjacency key: `node id BE | type`.
 pub(crate) fn adjacency_key(node: u64, edge_type: &str) -> Vec<u8> {
-    let mut k = node.to_be_bytes().to_vec();
+    let mut k = Vec::with_capacity(8 + edge_type.len());
+    k.extend_from_slice(&node.to_be_bytes());
     k.extend_from_slice(edge_type.as_bytes());
     k
 }

@@ -108,68 +108,113 @@ pub fn add<S: PageStore>(
     key: &[u8],
     value: &[u8],
 ) -> Result<bool> {
-    add_following(store, tree, key, value, &mut Finger::default())
+    add_following(store, tree, key, &[value], &mut Finger::default()).map(|added| added == 1)
 }
 
-/// [`add`], one of a run of adds through `finger` (see [`Finger`]): keys in ascending
-/// order skip most descents.
+/// Adds `values` (any order, repeats allowed) to `key`'s set, one of a run of adds
+/// through `finger` (see [`Finger`]): keys in ascending order skip most descents, and the
+/// set is found and stored once for all of `values`, not once per value. Returns how many
+/// were not already there.
 ///
 /// # Errors
 /// As [`add`].
-pub(crate) fn add_following<S: PageStore>(
+pub(crate) fn add_following<S: PageStore, V: AsRef<[u8]>>(
     store: &mut S,
     tree: &mut TreeHeader,
     key: &[u8],
-    value: &[u8],
+    values: &[V],
     finger: &mut Finger,
-) -> Result<bool> {
+) -> Result<u64> {
     debug_assert!(tree.kind == TreeKind::Multi);
-    debug_assert!(value.len() <= super::MULTI_VALUE_SIZE_MAX_BYTES);
+    debug_assert!(
+        values
+            .iter()
+            .all(|v| v.as_ref().len() <= super::MULTI_VALUE_SIZE_MAX_BYTES)
+    );
     // The outer tree does not change between `load` and the store that ends each case
     // (new pages for a set tree, or a change inside one, leave it as it was), except where
     // an entry is removed first.
     let (at, set) = load(store, tree, key, finger)?;
+    let mut added = 0;
     let split_nothing = match set {
-        None => {
-            if encoded_size([value]) <= EMBEDDED_SET_MAX_BYTES {
-                store_embedded(store, tree, key, &[value], Some(at))?
-            } else {
-                let set = new_set_tree(store, &[value])?;
-                store_tree(store, tree, key, &set, Some(at))?
+        Some(OwnedSet::Tree(mut set)) => {
+            for value in values {
+                let in_set = tree_write::locate(store, set.root_page, value.as_ref())?;
+                if in_set.entry(store)?.is_none() {
+                    put(
+                        store,
+                        &mut set,
+                        value.as_ref(),
+                        NewEntry::Value(&[]),
+                        Some(in_set),
+                    )?;
+                    added += 1;
+                }
             }
+            if added == 0 {
+                return Ok(0);
+            }
+            store_tree(store, tree, key, &set, Some(at))?
         }
-        Some(OwnedSet::Embedded(mut bytes)) => {
-            let Some(position) = position_in_set(&bytes, value, at.leaf())? else {
-                return Ok(false);
+        embedded => {
+            let existed = embedded.is_some();
+            let mut bytes = match embedded {
+                Some(OwnedSet::Embedded(bytes)) => bytes,
+                _ => Vec::new(),
             };
-            if bytes.len() + encoded_size([value]) <= EMBEDDED_SET_MAX_BYTES {
-                // Spliced into the encoded set: no decoding into a list and back.
+            // Spliced into the encoded set while it fits: no decoding into a list and back.
+            let mut rest = values.iter().map(AsRef::as_ref);
+            let mut outgrown = None;
+            for value in rest.by_ref() {
+                // A stored set is never empty; a new key's starts so.
+                let position = if bytes.is_empty() {
+                    Some(0)
+                } else {
+                    position_in_set(&bytes, value, at.leaf())?
+                };
+                let Some(position) = position else {
+                    continue;
+                };
+                if bytes.len() + encoded_size([value]) > EMBEDDED_SET_MAX_BYTES {
+                    outgrown = Some(value);
+                    break;
+                }
                 let len = (value.len() as u16).to_le_bytes();
                 bytes.splice(position..position, len.iter().chain(value).copied());
-                store_encoded(store, tree, key, &bytes, Some(at))?
-            } else {
-                let mut values = decode_set(&bytes, at.leaf())?;
-                values.insert(values.partition_point(|v| *v < value), value);
-                // The entry changes from a value to a tree: replace it whole.
-                let set = new_set_tree(store, &values)?;
-                tree_write::remove(store, tree, key)?;
-                store_tree(store, tree, key, &set, None)?;
-                false
+                added += 1;
             }
-        }
-        Some(OwnedSet::Tree(mut set)) => {
-            let in_set = tree_write::locate(store, set.root_page, value)?;
-            if in_set.entry(store)?.is_some() {
-                return Ok(false);
+            match outgrown {
+                None if added == 0 => return Ok(0),
+                None => store_encoded(store, tree, key, &bytes, Some(at))?,
+                Some(first) => {
+                    let mut all = if bytes.is_empty() {
+                        Vec::new()
+                    } else {
+                        decode_set(&bytes, at.leaf())?
+                    };
+                    for value in std::iter::once(first).chain(rest) {
+                        if let Err(i) = all.binary_search(&value) {
+                            all.insert(i, value);
+                            added += 1;
+                        }
+                    }
+                    let set = new_set_tree(store, &all)?;
+                    if existed {
+                        // The entry changes from a value to a tree: replace it whole.
+                        tree_write::remove(store, tree, key)?;
+                        store_tree(store, tree, key, &set, None)?;
+                        false
+                    } else {
+                        store_tree(store, tree, key, &set, Some(at))?
+                    }
+                }
             }
-            put(store, &mut set, value, NewEntry::Value(&[]), Some(in_set))?;
-            store_tree(store, tree, key, &set, Some(at))?
         }
     };
     if !split_nothing {
         finger.clear();
     }
-    Ok(true)
+    Ok(added)
 }
 
 /// Removes `value` from `key`'s set; the key goes when its set empties. Returns false if

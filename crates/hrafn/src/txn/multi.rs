@@ -165,7 +165,8 @@ impl<'t, 'env> MultiTreeMut<'t, 'env> {
     /// how many were not already there.
     ///
     /// Pairs in ascending key order go fastest: while keys ascend within one leaf, an add
-    /// skips the descent from the root (and the branch pages' searches).
+    /// skips the descent from the root (and the branch pages' searches), and the values
+    /// of consecutive pairs with one key go into its set together, found and stored once.
     ///
     /// # Errors
     /// As [`MultiTreeMut::add`]; the pairs before the failing one stay added.
@@ -189,18 +190,50 @@ impl<'t, 'env> MultiTreeMut<'t, 'env> {
         let mut header = self.header();
         let mut finger = crate::btree::write::Finger::following();
         let mut added = 0;
+        // The values of a run of pairs with one key, added together.
+        let mut key: Option<K> = None;
+        let mut values: Vec<V> = Vec::new();
         let mut outcome = Ok(());
-        for (key, value) in pairs {
-            let (key, value) = (key.as_ref(), value.as_ref());
-            let result = Self::check_sizes(key, value).and_then(|()| {
-                multi::write::add_following(self.txn, &mut header, key, value, &mut finger)
-            });
-            match result {
-                Ok(new) => added += u64::from(new),
-                Err(error) => {
-                    outcome = Err(error);
-                    break;
+        for (next_key, value) in pairs {
+            if let Err(error) = Self::check_sizes(next_key.as_ref(), value.as_ref()) {
+                outcome = Err(error);
+                break;
+            }
+            if key
+                .as_ref()
+                .is_some_and(|k| k.as_ref() != next_key.as_ref())
+            {
+                let k = key.take().expect("checked above");
+                match multi::write::add_following(
+                    self.txn,
+                    &mut header,
+                    k.as_ref(),
+                    &values,
+                    &mut finger,
+                ) {
+                    Ok(new) => added += new,
+                    Err(error) => {
+                        outcome = Err(error);
+                        break;
+                    }
                 }
+                values.clear();
+            }
+            key.get_or_insert(next_key);
+            values.push(value);
+        }
+        // The last run, or the run before a pair of the wrong size: added first one by
+        // one, so its error comes first too.
+        if let Some(k) = key {
+            match multi::write::add_following(
+                self.txn,
+                &mut header,
+                k.as_ref(),
+                &values,
+                &mut finger,
+            ) {
+                Ok(new) => added += new,
+                Err(error) => outcome = Err(error),
             }
         }
         // The header changed with every add, also those before a failure; that failure is
