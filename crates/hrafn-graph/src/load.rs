@@ -241,10 +241,11 @@ fn send_nodes<'a>(
     pipeline.send(Box::new(move |turn: &Turn| {
         let shared = Arc::clone(&rows);
         let ids = turn.submit(graph, move |g| {
-            shared
+            let nodes: Vec<(&str, &Properties)> = shared
                 .iter()
-                .map(|(_, label, props)| g.add_node(label, props))
-                .collect::<Result<Vec<u64>>>()
+                .map(|(_, label, props)| (label.as_str(), props))
+                .collect();
+            g.add_nodes(&nodes)
         })?;
         Ok((rows, ids))
     }))

@@ -1028,3 +1028,52 @@ fn add_edges_matches_add_edge() {
     );
     assert!(graph.check().expect("check").is_ok());
 }
+
+/// `add_nodes` stores and indexes what `add_node` one by one would, and refuses a bad
+/// label before storing anything.
+#[test]
+fn add_nodes_matches_add_node() {
+    use hrafn_graph::{Properties, Value};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let graph = hrafn_graph::Graph::open(dir.path(), hrafn::Options::default()).expect("open");
+    let named = |name: &str| Properties::from([("name".into(), Value::from(name))]);
+    let (ada, bob, acme, none) = (named("Ada"), named("Bob"), named("Acme"), Properties::new());
+    let ids = graph
+        .write(|g| {
+            g.create_property_index("Person", "name")?;
+            let first = g.add_node("Person", &ada)?;
+            let ids = g.add_nodes(&[
+                ("Person", &bob),
+                ("Company", &acme),
+                ("Person", &none),
+                ("Person", &ada),
+            ])?;
+            Ok([vec![first], ids].concat())
+        })
+        .expect("write");
+    assert_eq!(ids.len(), 5);
+    assert!(ids.windows(2).all(|w| w[0] < w[1]));
+    graph
+        .read(|r| {
+            let node = r.node(ids[2])?.expect("stored");
+            assert_eq!((node.label.as_str(), &node.properties), ("Company", &acme));
+            assert_eq!(
+                r.find_nodes("Person", "name", &Value::from("Ada"))?,
+                vec![ids[0], ids[4]]
+            );
+            assert_eq!(
+                r.find_nodes("Person", "name", &Value::from("Bob"))?,
+                vec![ids[1]]
+            );
+            assert_eq!(r.nodes_with_label("Person")?.len(), 4);
+            Ok(())
+        })
+        .expect("read");
+    let refused = graph.write(|g| g.add_nodes(&[("Person", &bob), ("", &none)]));
+    assert!(
+        matches!(refused, Err(hrafn_graph::Error::InvalidName(_))),
+        "{refused:?}"
+    );
+    assert_eq!(graph.read(|r| Ok(r.node_count())).expect("count"), 5);
+    assert!(graph.check().expect("check").is_ok());
+}
