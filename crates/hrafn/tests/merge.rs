@@ -16,6 +16,17 @@ fn count_keys(env: &Environment, tree: &str) -> u64 {
     }
 }
 
+/// Runs `f(t)` for each `t` of `threads` on a thread of its own, all at once, and returns
+/// when every one has.
+fn on_threads<T: Send>(threads: impl IntoIterator<Item = T>, f: impl Fn(T) + Sync) {
+    std::thread::scope(|scope| {
+        for t in threads {
+            let f = &f;
+            scope.spawn(move || f(t));
+        }
+    });
+}
+
 #[test]
 fn many_threads_all_acknowledged_requests_survive_reopen() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -23,30 +34,22 @@ fn many_threads_all_acknowledged_requests_survive_reopen() {
     let per_thread = 200 * common::scale();
     {
         let env = Arc::new(Environment::open(dir.path(), common::small_options()).expect("open"));
-        let handles: Vec<_> = (0..threads)
-            .map(|t| {
-                let env = Arc::clone(&env);
-                std::thread::spawn(move || {
-                    for i in 0..per_thread {
-                        if i % 2 == 0 {
-                            let mut batch = WriteBatch::new();
-                            batch.insert("m", format!("{t:04}-{i:08}"), i.to_le_bytes());
-                            env.write(batch).expect("write");
-                        } else {
-                            env.submit(move |wtx| {
-                                wtx.open_tree("m")?
-                                    .insert(format!("{t:04}-{i:08}"), i.to_le_bytes())?;
-                                Ok(())
-                            })
-                            .expect("submit");
-                        }
-                    }
-                })
-            })
-            .collect();
-        for h in handles {
-            h.join().expect("thread");
-        }
+        on_threads(0..threads, |t| {
+            for i in 0..per_thread {
+                if i % 2 == 0 {
+                    let mut batch = WriteBatch::new();
+                    batch.insert("m", format!("{t:04}-{i:08}"), i.to_le_bytes());
+                    env.write(batch).expect("write");
+                } else {
+                    env.submit(move |wtx| {
+                        wtx.open_tree("m")?
+                            .insert(format!("{t:04}-{i:08}"), i.to_le_bytes())?;
+                        Ok(())
+                    })
+                    .expect("submit");
+                }
+            }
+        });
         let stats = env.stats();
         assert_eq!(stats.merged_requests, threads * per_thread);
         assert!(
@@ -81,24 +84,16 @@ fn plain_transactions_from_many_threads_build_on_every_earlier_commit() {
         Environment::open_with_storage(Arc::new(sim), common::small_options()).expect("open"),
     );
     let (threads, per_thread) = (4u64, 300 * common::scale());
-    let handles: Vec<_> = (0..threads)
-        .map(|t| {
-            let env = Arc::clone(&env);
-            std::thread::spawn(move || {
-                for i in 0..per_thread {
-                    let mut wtx = env.begin_write().expect("begin");
-                    wtx.open_tree("p")
-                        .expect("tree")
-                        .insert(format!("{t}-{i:06}"), b"v")
-                        .expect("insert");
-                    wtx.commit().expect("commit");
-                }
-            })
-        })
-        .collect();
-    for h in handles {
-        h.join().expect("thread");
-    }
+    on_threads(0..threads, |t| {
+        for i in 0..per_thread {
+            let mut wtx = env.begin_write().expect("begin");
+            wtx.open_tree("p")
+                .expect("tree")
+                .insert(format!("{t}-{i:06}"), b"v")
+                .expect("insert");
+            wtx.commit().expect("commit");
+        }
+    });
     assert_eq!(count_keys(&env, "p"), threads * per_thread);
     env.check().expect("integrity");
 }
@@ -129,39 +124,27 @@ fn a_conflict_fails_only_its_own_request() {
     // Many racing read-modify-write requests; each expects what its snapshot saw.
     let successes = Arc::new(AtomicU64::new(0));
     let conflicts = Arc::new(AtomicU64::new(0));
-    let handles: Vec<_> = (0..8)
-        .map(|t| {
-            let (env, successes, conflicts) = (
-                Arc::clone(&env),
-                Arc::clone(&successes),
-                Arc::clone(&conflicts),
-            );
-            std::thread::spawn(move || {
-                for i in 0..50u32 {
-                    let seen = {
-                        let rtx = env.begin_read().expect("read");
-                        rtx.open_tree("c")
-                            .expect("tree")
-                            .get(b"balance")
-                            .expect("get")
-                            .map(<[u8]>::to_vec)
-                    };
-                    let mut batch = WriteBatch::new();
-                    batch.expect("c", b"balance", seen.as_deref());
-                    batch.insert("c", b"balance", format!("{t}-{i}"));
-                    batch.insert("c", format!("log-{t}-{i}"), b"x");
-                    match env.write(batch) {
-                        Ok(()) => successes.fetch_add(1, Ordering::Relaxed),
-                        Err(Error::Conflict { .. }) => conflicts.fetch_add(1, Ordering::Relaxed),
-                        Err(e) => panic!("unexpected {e}"),
-                    };
-                }
-            })
-        })
-        .collect();
-    for h in handles {
-        h.join().expect("thread");
-    }
+    on_threads(0..8, |t| {
+        for i in 0..50u32 {
+            let seen = {
+                let rtx = env.begin_read().expect("read");
+                rtx.open_tree("c")
+                    .expect("tree")
+                    .get(b"balance")
+                    .expect("get")
+                    .map(<[u8]>::to_vec)
+            };
+            let mut batch = WriteBatch::new();
+            batch.expect("c", b"balance", seen.as_deref());
+            batch.insert("c", b"balance", format!("{t}-{i}"));
+            batch.insert("c", format!("log-{t}-{i}"), b"x");
+            match env.write(batch) {
+                Ok(()) => successes.fetch_add(1, Ordering::Relaxed),
+                Err(Error::Conflict { .. }) => conflicts.fetch_add(1, Ordering::Relaxed),
+                Err(e) => panic!("unexpected {e}"),
+            };
+        }
+    });
     let ok = successes.load(Ordering::Relaxed);
     assert_eq!(ok + conflicts.load(Ordering::Relaxed), 400);
     // Exactly the successful requests left a log entry: failed ones applied nothing.
@@ -227,21 +210,13 @@ fn back_pressure_bounds_the_queue() {
         .merge_queue_max_requests(4)
         .merge_batch_max_requests(2);
     let env = Arc::new(Environment::open(dir.path(), options).expect("open"));
-    let handles: Vec<_> = (0..32u32)
-        .map(|t| {
-            let env = Arc::clone(&env);
-            std::thread::spawn(move || {
-                for i in 0..20u32 {
-                    let mut batch = WriteBatch::new();
-                    batch.insert("b", format!("{t}-{i}"), vec![0u8; 1000]);
-                    env.write(batch).expect("write");
-                }
-            })
-        })
-        .collect();
-    for h in handles {
-        h.join().expect("thread");
-    }
+    on_threads(0..32u32, |t| {
+        for i in 0..20u32 {
+            let mut batch = WriteBatch::new();
+            batch.insert("b", format!("{t}-{i}"), vec![0u8; 1000]);
+            env.write(batch).expect("write");
+        }
+    });
     let stats = env.stats();
     assert!(
         stats.merge_queue_peak <= 4,
@@ -263,26 +238,18 @@ fn closures_that_change_many_pages_commit_one_by_one() {
     let dir = tempfile::tempdir().expect("tempdir");
     let options = common::small_options().merge_batch_max_bytes(64 << 10);
     let env = Arc::new(Environment::open(dir.path(), options).expect("open"));
-    let handles: Vec<_> = (0..4u32)
-        .map(|t| {
-            let env = Arc::clone(&env);
-            std::thread::spawn(move || {
-                for i in 0..10u32 {
-                    env.submit(move |txn| {
-                        let mut tree = txn.open_tree("big")?;
-                        for k in 0..100u32 {
-                            tree.insert(format!("{t}-{i}-{k}"), vec![7u8; 1000])?;
-                        }
-                        Ok(())
-                    })
-                    .expect("submit");
+    on_threads(0..4u32, |t| {
+        for i in 0..10u32 {
+            env.submit(move |txn| {
+                let mut tree = txn.open_tree("big")?;
+                for k in 0..100u32 {
+                    tree.insert(format!("{t}-{i}-{k}"), vec![7u8; 1000])?;
                 }
+                Ok(())
             })
-        })
-        .collect();
-    for h in handles {
-        h.join().expect("thread");
-    }
+            .expect("submit");
+        }
+    });
     let stats = env.stats();
     assert_eq!(stats.merged_requests, 40);
     assert_eq!(
@@ -306,24 +273,16 @@ fn acknowledged_merged_writes_survive_a_simulated_power_loss() {
                     Err(e) => panic!("open: {e}"),
                 };
             sim.crash_at(crash_op);
-            let handles: Vec<_> = (0..4u32)
-                .map(|t| {
-                    let (env, acked) = (Arc::clone(&env), Arc::clone(&acked));
-                    std::thread::spawn(move || {
-                        for i in 0..200u32 {
-                            let mut batch = WriteBatch::new();
-                            batch.insert("s", format!("{t}-{i:04}"), b"v");
-                            if env.write(batch).is_err() {
-                                return;
-                            }
-                            acked.lock().push(format!("{t}-{i:04}"));
-                        }
-                    })
-                })
-                .collect();
-            for h in handles {
-                h.join().expect("thread");
-            }
+            on_threads(0..4u32, |t| {
+                for i in 0..200u32 {
+                    let mut batch = WriteBatch::new();
+                    batch.insert("s", format!("{t}-{i:04}"), b"v");
+                    if env.write(batch).is_err() {
+                        return;
+                    }
+                    acked.lock().push(format!("{t}-{i:04}"));
+                }
+            });
             if !sim.is_frozen() {
                 // The power stayed on: every acknowledged write is visible before the cut.
                 // (A next transaction built on a stale base once lost one here.)

@@ -298,6 +298,16 @@ fn sizes_and_kinds_are_checked() {
             t.add(vec![1u8; 2001], b"v"),
             Err(Error::KeyTooLarge { .. })
         ));
+        // The pairs before a wrongly sized one are added, the run it cuts short too.
+        let pairs: [(&[u8], &[u8]); 4] = [(b"a", b"1"), (b"b", b"1"), (b"b", b"2"), (b"b", &long)];
+        assert!(matches!(
+            t.add_each(pairs),
+            Err(Error::ValueTooLarge { .. })
+        ));
+        assert_eq!(
+            (t.count(b"a").expect("count"), t.count(b"b").expect("count")),
+            (1, 2)
+        );
     }
     assert!(matches!(
         wtx.open_tree("m"),

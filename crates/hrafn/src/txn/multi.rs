@@ -190,7 +190,21 @@ impl<'t, 'env> MultiTreeMut<'t, 'env> {
         let mut header = self.header();
         let mut finger = crate::btree::write::Finger::following();
         let mut added = 0;
-        // The values of a run of pairs with one key, added together.
+        // Adds a run of values with one key (none without a key), leaving `values` empty.
+        let mut add_run = |key: Option<K>, values: &mut Vec<V>| -> Result<()> {
+            if let Some(key) = key {
+                let txn = &mut *self.txn;
+                added += multi::write::add_following(
+                    txn,
+                    &mut header,
+                    key.as_ref(),
+                    values,
+                    &mut finger,
+                )?;
+            }
+            values.clear();
+            Ok(())
+        };
         let mut key: Option<K> = None;
         let mut values: Vec<V> = Vec::new();
         let mut outcome = Ok(());
@@ -202,39 +216,18 @@ impl<'t, 'env> MultiTreeMut<'t, 'env> {
             if key
                 .as_ref()
                 .is_some_and(|k| k.as_ref() != next_key.as_ref())
+                && let Err(error) = add_run(key.take(), &mut values)
             {
-                let k = key.take().expect("checked above");
-                match multi::write::add_following(
-                    self.txn,
-                    &mut header,
-                    k.as_ref(),
-                    &values,
-                    &mut finger,
-                ) {
-                    Ok(new) => added += new,
-                    Err(error) => {
-                        outcome = Err(error);
-                        break;
-                    }
-                }
-                values.clear();
+                outcome = Err(error);
+                break;
             }
             key.get_or_insert(next_key);
             values.push(value);
         }
-        // The last run, or the run before a pair of the wrong size: added first one by
-        // one, so its error comes first too.
-        if let Some(k) = key {
-            match multi::write::add_following(
-                self.txn,
-                &mut header,
-                k.as_ref(),
-                &values,
-                &mut finger,
-            ) {
-                Ok(new) => added += new,
-                Err(error) => outcome = Err(error),
-            }
+        // The last run, or the run before a pair of the wrong size: one by one, it would
+        // have been added first, so its error comes first too.
+        if let Err(error) = add_run(key.take(), &mut values) {
+            outcome = Err(error);
         }
         // The header changed with every add, also those before a failure; that failure is
         // the error to report.
