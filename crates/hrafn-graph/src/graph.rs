@@ -353,6 +353,9 @@ impl<'env> GraphWriter<'_, 'env> {
     /// As [`GraphWriter::add_node`]; on an error, none of the batch is kept only if the
     /// caller's transaction is dropped (as for any error inside a transaction).
     pub fn add_nodes(&mut self, nodes: &[(&str, &Properties)]) -> Result<Vec<u64>> {
+        if nodes.is_empty() {
+            return Ok(Vec::new());
+        }
         // Everything that can be refused is checked before anything is written.
         let encoded = nodes
             .iter()

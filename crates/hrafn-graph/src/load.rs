@@ -97,6 +97,10 @@ fn order_for_locality(edges: Vec<PendingEdge>, per_txn: usize) -> Vec<PendingEdg
         (1..ranges).map(|i| ends[i * ends.len() / ranges]).collect()
     };
     let (src_cuts, dst_cuts) = (cuts(|e| e.edge.source), cuts(|e| e.edge.destination));
+    debug_assert!(
+        edges.len() <= u32::MAX as usize,
+        "a round's index fits 32 bits"
+    );
     let range_of = |cuts: &[u64], end: u64| cuts.partition_point(|&c| c <= end) as u64;
     // Tile, then file position: one integer each sorts far faster than the fields.
     let mut order: Vec<u64> = edges

@@ -27,11 +27,12 @@ struct Turns {
 }
 
 /// A job's place in the order: job `n` submits once job `n - 1`'s work has run in the
-/// writer (or its submit returned). Not sooner: the merger takes every request waiting
+/// writer (or its submit returned). Not sooner: the merger takes the requests waiting
 /// when a transaction's work ends into that transaction, so a job submitted while the
-/// last one runs joins it, and both storing threads then wait through its commit with
-/// nothing for the writer to do. Submitted as that work ends, job `n` arrives while
-/// `n - 1` is prepared for its commit and runs while `n - 1`'s journal write is in flight.
+/// last one runs would join it, and both storing threads would then wait through its
+/// commit with nothing for the writer to do. Submitted as that work ends, job `n` mostly
+/// arrives while `n - 1` is prepared for its commit, and runs while `n - 1`'s journal
+/// write is in flight (it may still join `n - 1` when the journal is busy with `n - 2`).
 #[derive(Clone)]
 pub(crate) struct Turn {
     turns: Arc<Turns>,

@@ -1069,11 +1069,18 @@ fn add_nodes_matches_add_node() {
             Ok(())
         })
         .expect("read");
-    let refused = graph.write(|g| g.add_nodes(&[("Person", &bob), ("", &none)]));
-    assert!(
-        matches!(refused, Err(hrafn_graph::Error::InvalidName(_))),
-        "{refused:?}"
-    );
-    assert_eq!(graph.read(|r| Ok(r.node_count())).expect("count"), 5);
+    // Refused whole, inside a transaction that goes on: nothing stored, no id taken.
+    let next = graph
+        .write(|g| {
+            let refused = g.add_nodes(&[("Person", &bob), ("", &none)]);
+            assert!(
+                matches!(refused, Err(hrafn_graph::Error::InvalidName(_))),
+                "{refused:?}"
+            );
+            g.add_node("Person", &none)
+        })
+        .expect("write");
+    assert_eq!(next, ids[4] + 1);
+    assert_eq!(graph.read(|r| Ok(r.node_count())).expect("count"), 6);
     assert!(graph.check().expect("check").is_ok());
 }

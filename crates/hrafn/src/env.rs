@@ -93,9 +93,10 @@ pub struct Options {
     pub merge_queue_max_requests: usize,
     /// Most requests merged into one transaction.
     pub merge_batch_max_requests: usize,
-    /// Most batch bytes (keys and values) merged into one transaction. A submitted
-    /// closure counts the scratch bytes of the pages it changed: once a transaction's
-    /// changed pages reach this size, the requests after it wait for the next one.
+    /// Most batch bytes (keys and values) merged into one transaction. Since a submitted
+    /// closure's size is known only once it ran, the scratch bytes of the pages the
+    /// transaction changed count too: once they reach this size, the requests after the
+    /// one that ran last wait for the next transaction.
     pub merge_batch_max_bytes: usize,
     /// How long a caller waits for room in the merge queue before [`Error::Timeout`].
     pub merge_wait_timeout_ms: u64,

@@ -232,31 +232,48 @@ fn back_pressure_bounds_the_queue() {
 }
 
 /// A closure's size is unknown until it runs: the pages it changed count against the
-/// batch byte limit, so closures that each change more than it are never merged.
+/// batch byte limit, so closures that each change more than it are never merged. The
+/// requests are made to queue up behind a plain transaction, and the same queue merges
+/// under a limit they do not reach.
 #[test]
 fn closures_that_change_many_pages_commit_one_by_one() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let options = common::small_options().merge_batch_max_bytes(64 << 10);
-    let env = Arc::new(Environment::open(dir.path(), options).expect("open"));
-    on_threads(0..4u32, |t| {
-        for i in 0..10u32 {
-            env.submit(move |txn| {
-                let mut tree = txn.open_tree("big")?;
-                for k in 0..100u32 {
-                    tree.insert(format!("{t}-{i}-{k}"), vec![7u8; 1000])?;
-                }
-                Ok(())
-            })
-            .expect("submit");
+    for (limit_bytes, merged) in [(64 << 10, false), (64 << 20, true)] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let options = common::small_options().merge_batch_max_bytes(limit_bytes);
+        let env = Environment::open(dir.path(), options).expect("open");
+        std::thread::scope(|scope| {
+            let held = env.begin_write().expect("write");
+            let submitters = scope.spawn(|| {
+                on_threads(0..4u32, |t| {
+                    for i in 0..10u32 {
+                        env.submit(move |txn| {
+                            let mut tree = txn.open_tree("big")?;
+                            for k in 0..100u32 {
+                                tree.insert(format!("{t}-{i}-{k}"), vec![7u8; 1000])?;
+                            }
+                            Ok(())
+                        })
+                        .expect("submit");
+                    }
+                });
+            });
+            // Long enough for every thread's first request to be waiting.
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            drop(held);
+            submitters.join().expect("submitters");
+        });
+        let stats = env.stats();
+        assert_eq!(stats.merged_requests, 40);
+        if merged {
+            assert!(stats.merged_transactions < 40, "{stats:?}");
+        } else {
+            assert_eq!(
+                stats.merged_transactions, 40,
+                "each closure changed about 100 KiB of pages, over the 64 KiB limit"
+            );
         }
-    });
-    let stats = env.stats();
-    assert_eq!(stats.merged_requests, 40);
-    assert_eq!(
-        stats.merged_transactions, 40,
-        "each closure changed about 100 KiB of pages, over the 64 KiB limit"
-    );
-    assert_eq!(count_keys(&env, "big"), 4000);
+        assert_eq!(count_keys(&env, "big"), 4000);
+    }
 }
 
 #[test]

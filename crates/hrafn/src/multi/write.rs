@@ -166,8 +166,8 @@ pub(crate) fn add_following<S: PageStore, V: AsRef<[u8]>>(
             let mut rest = values.iter().map(AsRef::as_ref);
             let mut outgrown = None;
             for value in rest.by_ref() {
-                // A stored set is never empty; a new key's starts so.
-                let position = if bytes.is_empty() {
+                // A stored set is never empty (its check says so); a new key's starts so.
+                let position = if !existed && bytes.is_empty() {
                     Some(0)
                 } else {
                     position_in_set(&bytes, value, at.leaf())?
@@ -192,12 +192,11 @@ pub(crate) fn add_following<S: PageStore, V: AsRef<[u8]>>(
                     } else {
                         decode_set(&bytes, at.leaf())?
                     };
-                    for value in std::iter::once(first).chain(rest) {
-                        if let Err(i) = all.binary_search(&value) {
-                            all.insert(i, value);
-                            added += 1;
-                        }
-                    }
+                    let before = all.len();
+                    all.extend(std::iter::once(first).chain(rest));
+                    all.sort_unstable();
+                    all.dedup();
+                    added += (all.len() - before) as u64;
                     let set = new_set_tree(store, &all)?;
                     if existed {
                         // The entry changes from a value to a tree: replace it whole.

@@ -11,7 +11,9 @@
 //! Back-pressure: the queue holds at most `merge_queue_max_requests` requests; a caller
 //! finding it full waits up to `merge_wait_timeout_ms`, then gets [`Error::Timeout`]. One
 //! merged transaction takes at most `merge_batch_max_requests` requests and
-//! `merge_batch_max_bytes` of batch data, so memory stays bounded under any load.
+//! `merge_batch_max_bytes` of batch data or changed pages, so memory stays bounded under
+//! any load. Requests taken but not run when the changed pages reach the limit go back to
+//! the front of the queue, which may then briefly hold that many more than its bound.
 
 use super::write::WriteTxn;
 use crate::env::{Durability, EnvInner};
@@ -328,7 +330,8 @@ impl Merger {
                         let count = executed.len() + taken.len();
                         if count > 0
                             && (count >= env.options.merge_batch_max_requests
-                                || bytes + next.size_bytes > env.options.merge_batch_max_bytes)
+                                || bytes.max(changed_bytes) + next.size_bytes
+                                    > env.options.merge_batch_max_bytes)
                         {
                             break;
                         }
@@ -351,8 +354,11 @@ impl Merger {
                         // first in line as they were.
                         let mut queue = self.queue.lock();
                         for rest in std::iter::once(request).chain(taken.by_ref()).rev() {
+                            bytes -= rest.size_bytes;
                             queue.pending.push_front(rest);
                         }
+                        self.queue_peak
+                            .fetch_max(queue.pending.len() as u64, Ordering::Relaxed);
                         break;
                     }
                     if !failed {

@@ -169,7 +169,10 @@ impl<'t, 'env> MultiTreeMut<'t, 'env> {
     /// of consecutive pairs with one key go into its set together, found and stored once.
     ///
     /// # Errors
-    /// As [`MultiTreeMut::add`]; the pairs before the failing one stay added.
+    /// As [`MultiTreeMut::add`]. A key or value too large stops the run with the pairs
+    /// before it added. After an engine error (scratch full, corruption) the transaction
+    /// is to be dropped, as after a failed [`MultiTreeMut::add`]: a run of one key's values
+    /// may be stored in part.
     ///
     /// ```
     /// # fn main() -> hrafn::Result<()> {
