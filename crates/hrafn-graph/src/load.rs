@@ -322,7 +322,7 @@ impl Graph {
         };
         Pipeline::run(&mut node_stored, |pipeline| {
             let mut batch: Vec<(String, String, Properties)> = Vec::new();
-            let mut seen = std::collections::HashSet::new();
+            let mut seen = rustc_hash::FxHashSet::default();
             for record in reader.records() {
                 let record = record.map_err(csv_error)?;
                 let line = record.position().map_or(0, |p| p.line());
