@@ -66,13 +66,36 @@ pub(crate) struct IdMap {
     ids: rustc_hash::FxHashMap<Key, u64>,
 }
 
+/// The stable id of a file id claimed and not yet stored.
+const UNSTORED: u64 = u64::MAX;
+
 impl IdMap {
-    pub fn insert(&mut self, file_id: &str, id: u64) {
-        self.ids.insert(Key::new(file_id.as_bytes()), id);
+    /// Takes `file_id` for a row about to be stored; false if it was taken before.
+    pub fn claim(&mut self, file_id: &str) -> bool {
+        if self.ids.contains_key(file_id.as_bytes()) {
+            return false;
+        }
+        self.ids.insert(Key::new(file_id.as_bytes()), UNSTORED);
+        true
     }
 
+    /// Gives `file_id` its stable id.
+    pub fn insert(&mut self, file_id: &str, id: u64) {
+        debug_assert_ne!(id, UNSTORED);
+        match self.ids.get_mut(file_id.as_bytes()) {
+            Some(stored) => *stored = id,
+            None => {
+                self.ids.insert(Key::new(file_id.as_bytes()), id);
+            }
+        }
+    }
+
+    /// The stable id of `file_id`, if it was stored.
     pub fn get(&self, file_id: &str) -> Option<u64> {
-        self.ids.get(file_id.as_bytes()).copied()
+        self.ids
+            .get(file_id.as_bytes())
+            .copied()
+            .filter(|&id| id != UNSTORED)
     }
 }
 
@@ -102,5 +125,11 @@ mod tests {
             None,
             "an inline id's unused bytes are not part of it"
         );
+        // Claimed, then stored: found only once stored; a second claim fails.
+        assert!(map.claim("n7"));
+        assert!(!map.claim("n7") && !map.claim("n42"));
+        assert_eq!(map.get("n7"), None);
+        map.insert("n7", 9);
+        assert_eq!(map.get("n7"), Some(9));
     }
 }

@@ -27,6 +27,7 @@ use crate::graph::Graph;
 use crate::ids::IdMap;
 use crate::pipeline::{Pipeline, Turn};
 use crate::value::{Properties, Value};
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::io::Read;
 use std::sync::Arc;
@@ -229,19 +230,21 @@ fn open_csv<R: Read>(
     Ok((reader, header))
 }
 
-/// Node rows of one transaction, with their file ids.
-type NodeRows = Arc<Vec<(String, String, Properties)>>;
+/// A node row: its file id, label and properties.
+type NodeRow = (String, String, Properties);
 
-/// Sends `batch` (leaving it empty) to be stored in one transaction.
+/// Sends `batch` (leaving it empty) to be stored in one transaction. The job gives back
+/// the rows' file ids with their stable ids and drops the rest of the rows on its own
+/// thread: the reading thread has enough to do.
 fn send_nodes<'a>(
     graph: &'a Graph,
-    batch: &mut Vec<(String, String, Properties)>,
-    pipeline: &mut Pipeline<'a, '_, (NodeRows, Vec<u64>)>,
+    batch: &mut Vec<NodeRow>,
+    pipeline: &mut Pipeline<'a, '_, (Vec<String>, Vec<u64>)>,
 ) -> Result<()> {
     if batch.is_empty() {
         return Ok(());
     }
-    let rows: NodeRows = Arc::new(std::mem::take(batch));
+    let rows = Arc::new(std::mem::take(batch));
     pipeline.send(Box::new(move |turn: &Turn| {
         let shared = Arc::clone(&rows);
         let ids = turn.submit(graph, move |g| {
@@ -251,7 +254,12 @@ fn send_nodes<'a>(
                 .collect();
             g.add_nodes(&nodes)
         })?;
-        Ok((rows, ids))
+        // The transaction may still hold its copy of the rows for a moment.
+        let file_ids = match Arc::try_unwrap(rows) {
+            Ok(rows) => rows.into_iter().map(|(file_id, ..)| file_id).collect(),
+            Err(rows) => rows.iter().map(|(file_id, ..)| file_id.clone()).collect(),
+        };
+        Ok((file_ids, ids))
     }))
 }
 
@@ -307,22 +315,24 @@ impl Graph {
         let mut at = LoadProgress::default();
 
         let (mut reader, header) = open_csv(nodes, &bytes, &["id", "label"], "node")?;
-        // The edge rows' ends are resolved here, not in the caller's map (see `IdMap`).
-        let mut ids = IdMap::default();
-        let mut node_stored = |(rows, stored): (NodeRows, Vec<u64>)| -> Result<()> {
-            for ((ext, _, _), id) in rows.iter().zip(stored) {
-                ids.insert(ext, id);
-                report.ids.insert(ext.clone(), id);
+        // The edge rows' ends are resolved here, not in the caller's map (see `IdMap`). It
+        // also finds a node id given twice: a row read takes its id (`IdMap::claim`) and
+        // gets its stable id once stored.
+        let ids = RefCell::new(IdMap::default());
+        let mut node_stored = |(file_ids, stored): (Vec<String>, Vec<u64>)| -> Result<()> {
+            report.nodes += file_ids.len() as u64;
+            let mut ids = ids.borrow_mut();
+            for (file_id, id) in file_ids.into_iter().zip(stored) {
+                ids.insert(&file_id, id);
+                report.ids.insert(file_id, id);
             }
-            report.nodes += rows.len() as u64;
             at.nodes = report.nodes;
             at.bytes_read = read_bytes();
             progress(&at);
             Ok(())
         };
         Pipeline::run(&mut node_stored, |pipeline| {
-            let mut batch: Vec<(String, String, Properties)> = Vec::new();
-            let mut seen = rustc_hash::FxHashSet::default();
+            let mut batch: Vec<NodeRow> = Vec::new();
             for record in reader.records() {
                 let record = record.map_err(csv_error)?;
                 let line = record.position().map_or(0, |p| p.line());
@@ -339,7 +349,7 @@ impl Graph {
                         props.insert(name.clone(), v);
                     }
                 }
-                if !seen.insert(record[0].to_string()) {
+                if !ids.borrow_mut().claim(&record[0]) {
                     return Err(parse_error(
                         line,
                         format!("node {:?} given twice", &record[0]),
@@ -358,6 +368,7 @@ impl Graph {
             at.bytes_read = read_bytes();
             progress(&at);
         }
+        let ids = ids.into_inner();
 
         let (mut reader, header) = open_csv(edges, &bytes, &["src", "dst", "type"], "edge")?;
         let mut edges_stored = 0u64;

@@ -292,6 +292,28 @@ fn a_short_row_is_refused_with_its_line() {
     assert!(g.check().expect("check").is_ok());
 }
 
+/// A node id given twice is refused at its second row, before that row's transaction is
+/// stored; the transactions before it stay.
+#[test]
+fn a_node_id_given_twice_is_refused_with_its_line() {
+    let (_dir, g) = open();
+    let nodes = "id,label\na,P\nb,P\na,Q\n";
+    let (line, message) = parse_line(load(&g, nodes, "src,dst,type\n").0);
+    assert_eq!(line, 4);
+    assert!(message.contains("\"a\" given twice"), "{message}");
+    assert_eq!(counts(&g), (0, 0));
+    // The second use in a later transaction: the first transaction's rows stay.
+    let (_dir, g) = open();
+    let mut nodes = String::from("id,label\n");
+    for i in 0..20_000 {
+        nodes.push_str(&format!("n{i},P\n"));
+    }
+    nodes.push_str("x,P\nn7,P\n");
+    let (line, _) = parse_line(load(&g, &nodes, "src,dst,type\n").0);
+    assert_eq!(line, 20_003);
+    assert_eq!(counts(&g), (20_000, 0));
+}
+
 #[test]
 fn an_edge_to_an_unknown_node_is_refused_with_its_line() {
     let (_dir, g) = open();
