@@ -1,6 +1,7 @@
 //! The node file's ids during a load, for resolving the ends of every edge row.
 
 use std::borrow::Borrow;
+use std::collections::hash_map::Entry;
 use std::hash::{Hash, Hasher};
 
 /// Bytes of an id kept inside the table's slot.
@@ -72,11 +73,13 @@ const UNSTORED: u64 = u64::MAX;
 impl IdMap {
     /// Takes `file_id` for a row about to be stored; false if it was taken before.
     pub fn claim(&mut self, file_id: &str) -> bool {
-        if self.ids.contains_key(file_id.as_bytes()) {
-            return false;
+        match self.ids.entry(Key::new(file_id.as_bytes())) {
+            Entry::Occupied(_) => false,
+            Entry::Vacant(slot) => {
+                slot.insert(UNSTORED);
+                true
+            }
         }
-        self.ids.insert(Key::new(file_id.as_bytes()), UNSTORED);
-        true
     }
 
     /// Gives `file_id` its stable id.

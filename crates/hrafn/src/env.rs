@@ -1225,10 +1225,11 @@ fn validate_options(options: &Options) -> Result<()> {
 /// Makes the data file read as zeros from page `next_page_number` (the recovered
 /// high-water mark) on, keeping its length: cut there and grown back; returns whether it
 /// cut anything, which the caller then syncs before any commit relies on it. A commit
-/// diffs a page it takes from past the mark against zeros (`docs/format.md`, "Payload: page diffs"). The engine never writes past
-/// the durable mark (the flusher syncs the journal before it writes a page), so this
-/// only clears what something else left there (an older version, a tool, damage), but it
-/// makes the rule hold without depending on how the file got its tail.
+/// diffs a page it takes from past the mark against zeros (`docs/format.md`, "Payload:
+/// page diffs"). The engine never writes past the durable mark (the flusher syncs the
+/// journal before it writes a page), so this only clears what something else left there
+/// (an older version, a tool, damage), but it makes the rule hold without depending on
+/// how the file got its tail.
 fn empty_data_tail(data_file: &dyn StorageFile, next_page_number: u64) -> Result<bool> {
     let io = |what: &'static str| move |e| Error::io(what, e);
     let len_bytes = data_file.len().map_err(io("sizing the data file"))?;

@@ -298,8 +298,7 @@ impl Merger {
             let mut failed_first: Option<Error> = None;
             let mut lingered = false;
             loop {
-                // A closure's size is known only once it ran: the pages it changed count.
-                let changed_bytes = wtx.as_ref().map_or(0, WriteTxn::dirty_size_bytes);
+                let changed_bytes = changed_bytes_of(&wtx);
                 let taken = {
                     let mut queue = self.queue.lock();
                     loop {
@@ -348,8 +347,7 @@ impl Merger {
                 }
                 let mut taken = taken.into_iter();
                 for request in taken.by_ref() {
-                    let changed_bytes = wtx.as_ref().map_or(0, WriteTxn::dirty_size_bytes);
-                    if !failed && changed_bytes >= env.options.merge_batch_max_bytes {
+                    if !failed && changed_bytes_of(&wtx) >= env.options.merge_batch_max_bytes {
                         // Full by what it changed: the rest wait for the next transaction,
                         // first in line as they were.
                         let mut queue = self.queue.lock();
@@ -447,6 +445,12 @@ impl Merger {
             None => queue.leader_active = false,
         }
     }
+}
+
+/// The scratch bytes of the pages a merged transaction changed so far: a closure's size is
+/// known only once it ran, so these count against `merge_batch_max_bytes` too.
+fn changed_bytes_of(wtx: &Option<WriteTxn<'_>>) -> usize {
+    wtx.as_ref().map_or(0, WriteTxn::dirty_size_bytes)
 }
 
 /// The durability of a transaction running `requests`: durable if any asks for it.
