@@ -352,7 +352,7 @@ pub(crate) fn flush(inner: &EnvInner, then_sync: bool) -> Result<()> {
 pub(crate) fn flushable(ptt: &crate::scratch::Ptt, bound: u64) -> Vec<(u64, u64)> {
     ptt.iter()
         .filter(|(_, e)| e.txn_id <= bound)
-        .map(|(&page_number, e)| (page_number, e.txn_id))
+        .map(|(page_number, e)| (page_number, e.txn_id))
         .collect()
 }
 
@@ -368,7 +368,7 @@ pub(crate) fn publish_flushed(
     let current = cell.load_full();
     let mut ptt = current.ptt.clone();
     for &(page_number, txn_id) in batch {
-        let replacement = match ptt.get(&page_number) {
+        let replacement = match ptt.get(page_number) {
             Some(e) if e.txn_id == txn_id => None,
             Some(e) if e.first_unflushed_txn_id <= txn_id => {
                 let mut newer = e.clone();
@@ -379,7 +379,7 @@ pub(crate) fn publish_flushed(
         };
         match replacement {
             None => {
-                ptt.remove(&page_number);
+                ptt.remove(page_number);
             }
             Some(e) => {
                 ptt.insert(page_number, e);
@@ -475,7 +475,7 @@ fn write_batch(
     let page_bytes = |page_number: u64| {
         &state
             .ptt
-            .get(&page_number)
+            .get(page_number)
             .expect("batch built from this PTT")
             .bytes()[..PAGE_SIZE_BYTES]
     };

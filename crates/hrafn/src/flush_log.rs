@@ -60,7 +60,7 @@ impl FlushLog {
         let examined = pages.len() as u64;
         let mut batch = Vec::with_capacity(pages.len());
         for page_number in pages {
-            let Some(entry) = ptt.get(&page_number) else {
+            let Some(entry) = ptt.get(page_number) else {
                 continue; // flushed already, with a version taken earlier
             };
             if entry.txn_id <= bound {
@@ -147,7 +147,7 @@ mod tests {
                     log.record(txn_id, pages.iter().copied().collect());
                     for &p in &pages {
                         let first_unflushed_txn_id =
-                            ptt.get(&p).map_or(txn_id, |e| e.first_unflushed_txn_id);
+                            ptt.get(p).map_or(txn_id, |e| e.first_unflushed_txn_id);
                         let entry = PttEntry {
                             txn_id,
                             first_unflushed_txn_id,
@@ -168,7 +168,7 @@ mod tests {
                         log.put_back(taken);
                     } else {
                         for (p, _) in expected {
-                            ptt.remove(&p);
+                            ptt.remove(p);
                         }
                     }
                 }

@@ -168,7 +168,7 @@ impl Spiller {
         let mut candidates: Vec<(u64, u64)> = ptt
             .iter()
             .filter(|(_, e)| e.index_in_buf == 0 && e.buf.is_in_memory())
-            .map(|(&page_number, e)| (e.txn_id, page_number))
+            .map(|(page_number, e)| (e.txn_id, page_number))
             .collect();
         candidates.sort_unstable();
         let mut copied = 0u64;
@@ -176,7 +176,7 @@ impl Spiller {
             if copied >= bytes_wanted {
                 break;
             }
-            let entry = ptt.get(&page_number).expect("listed from this table");
+            let entry = ptt.get(page_number).expect("listed from this table");
             let old = Arc::clone(&entry.buf);
             let new = self.copy(storage, usage, old.bytes())?;
             copied += new.bytes().len() as u64;
@@ -197,7 +197,7 @@ pub fn swap_in(ptt: &Ptt, spilled: &[Spilled]) -> Ptt {
     for s in spilled {
         for i in 0..s.old.page_count() {
             let number = s.first_page + i as u64;
-            if let Some(entry) = out.get_mut(&number)
+            if let Some(entry) = out.get_mut(number)
                 && Arc::ptr_eq(&entry.buf, &s.old)
             {
                 entry.buf = Arc::clone(&s.new);
@@ -276,12 +276,12 @@ mod tests {
         drop((ptt, spilled));
         let ptt = swapped;
         assert_eq!(usage.file_count(), 1);
-        assert!(!ptt[&21].buf.is_in_memory());
-        assert!(ptt[&30].buf.is_in_memory());
-        assert_eq!(ptt[&20].bytes().len(), 3 * PAGE_SIZE_BYTES);
-        assert!(ptt[&20].bytes().iter().all(|&b| b == 2));
-        assert!(ptt[&22].bytes().iter().all(|&b| b == 2));
-        assert!(ptt[&10].bytes().iter().all(|&b| b == 1));
+        assert!(!ptt.get(21).expect("in the table").buf.is_in_memory());
+        assert!(ptt.get(30).expect("in the table").buf.is_in_memory());
+        assert_eq!(ptt.get(20).expect("in the table").bytes().len(), 3 * PAGE_SIZE_BYTES);
+        assert!(ptt.get(20).expect("in the table").bytes().iter().all(|&b| b == 2));
+        assert!(ptt.get(22).expect("in the table").bytes().iter().all(|&b| b == 2));
+        assert!(ptt.get(10).expect("in the table").bytes().iter().all(|&b| b == 1));
         assert_eq!(
             usage.memory_bytes(),
             before - 4 * PAGE_SIZE_BYTES as u64,

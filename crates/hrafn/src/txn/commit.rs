@@ -42,19 +42,12 @@ pub(crate) fn with_pages(ptt: &Ptt, pages: &[(u64, Arc<PageBuf>)], txn_id: u64) 
     let mut out = ptt.clone();
     for (page_number, buf) in pages {
         for i in 0..buf.page_count() {
-            let number = page_number + i as u64;
-            let first_unflushed_txn_id = ptt
-                .get(&number)
-                .map_or(txn_id, |e| e.first_unflushed_txn_id);
-            out.insert(
-                number,
-                PttEntry {
-                    txn_id,
-                    first_unflushed_txn_id,
-                    buf: Arc::clone(buf),
-                    index_in_buf: i as u32,
-                },
-            );
+            out.upsert(page_number + i as u64, |old| PttEntry {
+                txn_id,
+                first_unflushed_txn_id: old.map_or(txn_id, |e| e.first_unflushed_txn_id),
+                buf: Arc::clone(buf),
+                index_in_buf: i as u32,
+            });
         }
     }
     out

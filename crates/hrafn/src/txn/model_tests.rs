@@ -158,7 +158,7 @@ impl World {
     /// The version of `page` whoever reads `state` gets: from its PTT, else from the data
     /// file.
     fn read(&self, state: &State, page: u64) -> u64 {
-        match state.ptt.get(&page) {
+        match state.ptt.get(page) {
             Some(entry) => entry.txn_id,
             None => self.data_file[page as usize].load(Ordering::Relaxed),
         }
@@ -234,7 +234,7 @@ impl World {
         let state = self.state.load_full();
         assert_eq!(state.txn_id, LAST_TXN_ID, "every commit is published");
         self.check_snapshot(&state, "the last state");
-        for (&page, entry) in state.ptt.iter() {
+        for (page, entry) in state.ptt.iter() {
             let flushed = self.data_file[page as usize].load(Ordering::Relaxed);
             let oldest_unflushed = writers_of(page)
                 .filter(|&t| t > flushed)

@@ -90,7 +90,7 @@ impl State {
     /// A page's bytes without checksum verification: the previous version of a page for
     /// diffing, exactly as replay will find it. `None` = beyond the file (all zeros).
     pub fn page_raw(&self, page_number: u64) -> Option<&[u8]> {
-        if let Some(entry) = self.ptt.get(&page_number) {
+        if let Some(entry) = self.ptt.get(page_number) {
             return Some(&entry.bytes()[..PAGE_SIZE_BYTES]);
         }
         if page_number < self.data.page_count {
@@ -105,7 +105,7 @@ impl<'a> PageSource<'a> for &'a State {
     #[inline]
     fn page(self, page_number: u64) -> Result<&'a [u8]> {
         if !self.ptt.is_empty()
-            && let Some(entry) = self.ptt.get(&page_number)
+            && let Some(entry) = self.ptt.get(page_number)
         {
             return Ok(entry.bytes());
         }
