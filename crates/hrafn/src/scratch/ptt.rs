@@ -3,8 +3,7 @@
 //! A persistent radix tree over page numbers. Publishing a commit clones the table in O(1)
 //! and copies only the nodes on the paths to its changed pages, so older states keep
 //! sharing every node the commit did not touch. Page numbers are dense small integers: a
-//! look-up indexes one slot per level, with no key comparisons, and the flusher walks the
-//! table in page order for sequential data-file writes.
+//! look-up indexes one slot per level, with no key comparisons.
 
 use super::PageBuf;
 use std::sync::Arc;
@@ -109,7 +108,8 @@ impl Ptt {
         self.len == 0
     }
 
-    /// Whether both tables are the same version (one a clone of the other, unchanged since).
+    /// Whether both tables are the same version: clones of one table that neither changed
+    /// since, or both empty. `false` for tables that were changed back to equal contents.
     pub fn ptr_eq(&self, other: &Ptt) -> bool {
         match (&self.root, &other.root) {
             (Some(a), Some(b)) => Arc::ptr_eq(a, b),
@@ -311,71 +311,150 @@ mod tests {
         }
     }
 
+    /// A page an operation acts on: any page number, or the `n`th page in the table (so
+    /// that removals and changes reach pages of every height, not only small ones).
+    #[derive(Debug, Clone)]
+    enum Pick {
+        Any(u64),
+        Stored(usize),
+    }
+
+    impl Pick {
+        fn page_number(&self, model: &Model) -> u64 {
+            match *self {
+                Pick::Stored(n) if !model.is_empty() => {
+                    *model.keys().nth(n % model.len()).expect("n < len")
+                }
+                Pick::Stored(n) => n as u64,
+                Pick::Any(page_number) => page_number,
+            }
+        }
+    }
+
     #[derive(Debug, Clone)]
     enum Op {
-        Insert(u64),
-        Remove(u64),
+        Insert(Pick),
+        Upsert(Pick),
+        /// `get_mut`, moving the page's `first_unflushed_txn_id`.
+        Touch(Pick),
+        Remove(Pick),
         /// Keep a clone of the table as it is now, to check later that it did not change.
         Snapshot,
     }
 
-    fn page_numbers() -> impl Strategy<Value = u64> {
-        prop_oneof![0u64..64, 0u64..5_000, any::<u64>()]
+    /// Page number → (`txn_id`, `first_unflushed_txn_id`).
+    type Model = BTreeMap<u64, (u64, u64)>;
+
+    fn picks() -> impl Strategy<Value = Pick> {
+        prop_oneof![
+            1 => (0u64..64).prop_map(Pick::Any),
+            1 => (0u64..5_000).prop_map(Pick::Any),
+            1 => any::<u64>().prop_map(Pick::Any),
+            3 => any::<usize>().prop_map(Pick::Stored),
+        ]
     }
 
     fn ops() -> impl Strategy<Value = Vec<Op>> {
         proptest::collection::vec(
             prop_oneof![
-                4 => page_numbers().prop_map(Op::Insert),
-                3 => page_numbers().prop_map(Op::Remove),
+                4 => picks().prop_map(Op::Insert),
+                2 => picks().prop_map(Op::Upsert),
+                2 => picks().prop_map(Op::Touch),
+                4 => picks().prop_map(Op::Remove),
                 1 => Just(Op::Snapshot),
             ],
             0..300,
         )
     }
 
-    fn assert_same(ptt: &Ptt, model: &BTreeMap<u64, u64>) {
+    fn version(entry: &PttEntry) -> (u64, u64) {
+        (entry.txn_id, entry.first_unflushed_txn_id)
+    }
+
+    fn assert_same(ptt: &Ptt, model: &Model) {
         assert_eq!(ptt.len(), model.len());
         assert_eq!(ptt.is_empty(), model.is_empty());
-        let walked: Vec<(u64, u64)> = ptt.iter().map(|(p, e)| (p, e.txn_id)).collect();
-        let expected: Vec<(u64, u64)> = model.iter().map(|(&p, &t)| (p, t)).collect();
+        let walked: Vec<(u64, (u64, u64))> = ptt.iter().map(|(p, e)| (p, version(e))).collect();
+        let expected: Vec<(u64, (u64, u64))> = model.iter().map(|(&p, &v)| (p, v)).collect();
         assert_eq!(walked, expected);
-        for (&page_number, &txn_id) in model {
-            assert_eq!(ptt.get(page_number).map(|e| e.txn_id), Some(txn_id));
+        for (&page_number, &v) in model {
+            assert_eq!(ptt.get(page_number).map(version), Some(v));
         }
     }
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(2_000))]
 
-        /// The table against an ordered map, with every earlier version kept and checked
-        /// again at the end: a change must copy shared nodes, never write through them.
+        /// The table against an ordered map, with earlier versions kept and checked again
+        /// at the end: a change must copy shared nodes, never write through them, and
+        /// `ptr_eq` must tell a kept version from the live table once either changed.
         #[test]
         fn matches_an_ordered_map_and_keeps_old_versions(ops in ops()) {
             let usage = Arc::new(ScratchUsage::default());
             let buf = Arc::new(PageBuf::copy_of(&[0u8; PAGE_SIZE_BYTES], &usage));
             let mut ptt = Ptt::new();
-            let mut model = BTreeMap::new();
-            let mut snapshots = Vec::new();
+            let mut model = Model::new();
+            // (table, its contents, whether the live table changed since)
+            let mut snapshots: Vec<(Ptt, Model, bool)> = Vec::new();
             for (txn_id, op) in (1u64..).zip(ops) {
-                match op {
-                    Op::Insert(page_number) => {
+                let before = model.clone();
+                let probed = match &op {
+                    Op::Insert(pick) => {
+                        let page_number = pick.page_number(&model);
                         let old = ptt.insert(page_number, entry(&buf, txn_id));
                         prop_assert_eq!(
-                            old.map(|e| e.txn_id),
-                            model.insert(page_number, txn_id)
+                            old.as_ref().map(version),
+                            model.insert(page_number, (txn_id, txn_id))
                         );
+                        page_number
                     }
-                    Op::Remove(page_number) => {
+                    Op::Upsert(pick) => {
+                        let page_number = pick.page_number(&model);
+                        let mut seen = None;
+                        ptt.upsert(page_number, |old| {
+                            seen = old.map(version);
+                            let mut e = entry(&buf, txn_id);
+                            e.first_unflushed_txn_id =
+                                old.map_or(txn_id, |o| o.first_unflushed_txn_id);
+                            e
+                        });
+                        prop_assert_eq!(seen, model.get(&page_number).copied());
+                        let first = seen.map_or(txn_id, |(_, first)| first);
+                        model.insert(page_number, (txn_id, first));
+                        page_number
+                    }
+                    Op::Touch(pick) => {
+                        let page_number = pick.page_number(&model);
+                        let found = ptt.get_mut(page_number).map(|e| {
+                            e.first_unflushed_txn_id = txn_id;
+                        });
+                        prop_assert_eq!(found.is_some(), model.contains_key(&page_number));
+                        if let Some(v) = model.get_mut(&page_number) {
+                            v.1 = txn_id;
+                        }
+                        page_number
+                    }
+                    Op::Remove(pick) => {
+                        let page_number = pick.page_number(&model);
                         let old = ptt.remove(page_number);
-                        prop_assert_eq!(old.map(|e| e.txn_id), model.remove(&page_number));
-                        prop_assert!(ptt.get(page_number).is_none());
+                        prop_assert_eq!(old.as_ref().map(version), model.remove(&page_number));
+                        page_number
                     }
-                    Op::Snapshot => snapshots.push((ptt.clone(), model.clone())),
-                }
+                    Op::Snapshot => {
+                        snapshots.push((ptt.clone(), model.clone(), false));
+                        0
+                    }
+                };
+                // The page acted on, found or not (most picks miss).
+                prop_assert_eq!(ptt.get(probed).map(version), model.get(&probed).copied());
                 assert_same(&ptt, &model);
+                for (snapshot, _, changed) in &mut snapshots {
+                    *changed |= model != before;
+                    let both_empty = snapshot.is_empty() && ptt.is_empty();
+                    prop_assert_eq!(snapshot.ptr_eq(&ptt), !*changed || both_empty);
+                }
             }
-            for (snapshot, expected) in &snapshots {
+            for (snapshot, expected, _) in &snapshots {
                 assert_same(snapshot, expected);
             }
             drop((ptt, snapshots));

@@ -197,8 +197,10 @@ pub fn swap_in(ptt: &Ptt, spilled: &[Spilled]) -> Ptt {
     for s in spilled {
         for i in 0..s.old.page_count() {
             let number = s.first_page + i as u64;
-            if let Some(entry) = out.get_mut(number)
-                && Arc::ptr_eq(&entry.buf, &s.old)
+            // Checked before `get_mut`, which copies the page's path: a page a commit
+            // replaced meanwhile leaves the table as it is.
+            if out.get(number).is_some_and(|e| Arc::ptr_eq(&e.buf, &s.old))
+                && let Some(entry) = out.get_mut(number)
             {
                 entry.buf = Arc::clone(&s.new);
             }

@@ -54,9 +54,10 @@ pub(crate) fn with_pages(ptt: &Ptt, pages: &[(u64, Arc<PageBuf>)], txn_id: u64) 
 }
 
 /// Publishes transaction `txn_id` (its `pages`, built on `base_ptt` into `ptt`) on top of
-/// the current state, which the flusher may have changed since: `ptt` is reused only if it
-/// did not. Returns whether it did not (the flusher dropped entries `base_ptt` still
-/// holds). The caller holds the publish lock.
+/// the current state, which the flusher (a flush pass, or a spill's swap) may have changed
+/// since: `ptt` is reused only if it did not. Returns whether it did (then `base_ptt` may
+/// hold the last references to entries the flusher dropped). The caller holds the
+/// publish lock.
 pub(crate) fn publish(
     cell: &StateCell<State>,
     txn_id: u64,

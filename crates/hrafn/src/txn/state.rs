@@ -104,9 +104,7 @@ impl State {
 impl<'a> PageSource<'a> for &'a State {
     #[inline]
     fn page(self, page_number: u64) -> Result<&'a [u8]> {
-        if !self.ptt.is_empty()
-            && let Some(entry) = self.ptt.get(page_number)
-        {
+        if let Some(entry) = self.ptt.get(page_number) {
             return Ok(entry.bytes());
         }
         if page_number >= self.data.page_count {
