@@ -340,9 +340,8 @@ impl<'env> GraphWriter<'_, 'env> {
     /// # Errors
     /// [`Error::InvalidName`]; engine errors.
     pub fn add_node(&mut self, label: &str, properties: &Properties) -> Result<u64> {
-        self.add_nodes(&[(label, properties)])?
-            .pop()
-            .ok_or_else(|| Error::Corrupt("a node added without an id".into()))
+        let ids = self.add_nodes(&[(label, properties)])?;
+        Ok(ids[0])
     }
 
     /// Adds many nodes `(label, properties)`. Returns their ids, in order. The same as

@@ -172,7 +172,7 @@ mod tests {
                         }
                     }
                 }
-                let scanned = ptt.values().map(|e| e.first_unflushed_txn_id).min();
+                let scanned = ptt.iter().map(|(_, e)| e.first_unflushed_txn_id).min();
                 assert_eq!(log.oldest_unflushed(), scanned);
             }
         }

@@ -213,11 +213,6 @@ impl Ptt {
         }
         Iter { stack }
     }
-
-    /// Every version, in page order.
-    pub fn values(&self) -> impl Iterator<Item = &PttEntry> {
-        self.iter().map(|(_, entry)| entry)
-    }
 }
 
 fn new_node(level: u32) -> Arc<Node> {
