@@ -35,16 +35,17 @@ use std::sync::Arc;
 /// Node rows per transaction.
 const ROWS_PER_TXN: usize = 20_000;
 
-/// Edge rows per transaction. Larger than for nodes: a transaction of a round's tile
-/// touches pages in proportion to the square root of its edges (module docs), so edges
-/// per page written grow with it (80,000 loaded a quarter faster than 20,000 in
-/// `hrafn-bench graph --nodes 100000 --edges 1000000`).
-pub const EDGE_ROWS_PER_TXN: usize = 80_000;
+/// Edge rows per transaction. Larger than for nodes: with a round's edges cut into
+/// tiles, the pages a load writes fall with the square root of round × transaction size
+/// (module docs). On the default `hrafn-bench graph` (1M nodes, 10M edges), 160,000 with
+/// rounds of 10M wrote 6.0 GB of pages where 80,000 with rounds of 2M wrote 11.0 GB;
+/// larger transactions write fewer still, but each holds more changed pages in memory.
+pub const EDGE_ROWS_PER_TXN: usize = 160_000;
 
 /// Edge rows buffered, reordered and stored as one round (see the module docs): a larger
 /// round makes tiles narrower (pages touched per transaction fall with its square root)
-/// at the cost of holding its rows in memory.
-pub const ROUND_EDGES: usize = 2_000_000;
+/// at the cost of holding its rows in memory (about 50 bytes a row without properties).
+pub const ROUND_EDGES: usize = 10_000_000;
 
 /// Input bytes of edge rows that also end a round, for rows with many properties.
 const ROUND_BYTES: u64 = 256 << 20;
@@ -83,13 +84,13 @@ impl Round {
 /// docs): about `(len / per_txn)^(1/2)` source ranges by as many destination ranges, each
 /// range holding an equal share of the edges; in file order within a tile (each
 /// transaction's edges are put in key order when it is prepared).
-fn order_for_locality(edges: Vec<PendingEdge>, per_txn: usize) -> Vec<PendingEdge> {
+fn order_for_locality(edges: &mut [PendingEdge], per_txn: usize) {
     let ranges = ((edges.len() / per_txn.max(1)) as f64)
         .sqrt()
         .ceil()
         .max(1.0) as usize;
     if ranges == 1 {
-        return edges;
+        return;
     }
     // The first end of each range after the first, by edge count.
     let cuts = |end: fn(&PendingEdge) -> u64| -> Vec<u64> {
@@ -98,31 +99,11 @@ fn order_for_locality(edges: Vec<PendingEdge>, per_txn: usize) -> Vec<PendingEdg
         (1..ranges).map(|i| ends[i * ends.len() / ranges]).collect()
     };
     let (src_cuts, dst_cuts) = (cuts(|e| e.edge.source), cuts(|e| e.edge.destination));
-    debug_assert!(
-        edges.len() <= u32::MAX as usize,
-        "a round's index fits 32 bits"
-    );
     let range_of = |cuts: &[u64], end: u64| cuts.partition_point(|&c| c <= end) as u64;
-    // Tile, then file position: one integer each sorts far faster than the fields.
-    let mut order: Vec<u64> = edges
-        .iter()
-        .enumerate()
-        .map(|(i, e)| {
-            let tile = range_of(&src_cuts, e.edge.source) * ranges as u64
-                + range_of(&dst_cuts, e.edge.destination);
-            tile << 32 | i as u64
-        })
-        .collect();
-    order.sort_unstable();
-    let mut slots: Vec<Option<PendingEdge>> = edges.into_iter().map(Some).collect();
-    order
-        .into_iter()
-        .map(|key| {
-            slots[(key & u64::from(u32::MAX)) as usize]
-                .take()
-                .expect("each edge is placed once")
-        })
-        .collect()
+    // Stable, so file order within a tile; in place, so a round is held once.
+    edges.sort_by_cached_key(|e| {
+        range_of(&src_cuts, e.edge.source) * ranges as u64 + range_of(&dst_cuts, e.edge.destination)
+    });
 }
 
 /// The property a loaded node keeps its file id in.
@@ -270,10 +251,9 @@ fn send_round<'a>(
     round: &mut Round,
     pipeline: &mut Pipeline<'a, '_, u64>,
 ) -> Result<()> {
-    let (edges, types) = round.take();
-    let mut rows = order_for_locality(edges, EDGE_ROWS_PER_TXN)
-        .into_iter()
-        .peekable();
+    let (mut edges, types) = round.take();
+    order_for_locality(&mut edges, EDGE_ROWS_PER_TXN);
+    let mut rows = edges.into_iter().peekable();
     while rows.peek().is_some() {
         let txn: Vec<PendingEdge> = rows.by_ref().take(EDGE_ROWS_PER_TXN).collect();
         let batch = Arc::new(EdgeBatch::new(
@@ -449,7 +429,8 @@ mod tests {
             .iter()
             .map(|e| (e.edge.source, e.edge.destination))
             .collect();
-        let ordered = order_for_locality(edges, per_txn);
+        let mut ordered = edges;
+        order_for_locality(&mut ordered, per_txn);
         let mut after: Vec<(u64, u64)> = ordered
             .iter()
             .map(|e| (e.edge.source, e.edge.destination))
@@ -484,8 +465,8 @@ mod tests {
 
     #[test]
     fn a_small_round_keeps_its_order() {
-        let edges: Vec<PendingEdge> = (0..100).rev().map(|i| edge(i, i)).collect();
-        let ordered = order_for_locality(edges, 1_000);
+        let mut ordered: Vec<PendingEdge> = (0..100).rev().map(|i| edge(i, i)).collect();
+        order_for_locality(&mut ordered, 1_000);
         assert!(ordered.iter().map(|e| e.edge.source).eq((0..100).rev()));
     }
 }
