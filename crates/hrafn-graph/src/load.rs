@@ -37,9 +37,9 @@ const ROWS_PER_TXN: usize = 20_000;
 
 /// Edge rows per transaction. Larger than for nodes: with a round's edges cut into
 /// tiles, the pages a load writes fall with the square root of round × transaction size
-/// (module docs). On the default `hrafn-bench graph` (1M nodes, 10M edges), 160,000 with
-/// rounds of 10M wrote 6.0 GB of pages where 80,000 with rounds of 2M wrote 11.0 GB;
-/// larger transactions write fewer still, but each holds more changed pages in memory.
+/// (module docs). On `hrafn-bench graph --csv-only` (1M nodes, 10M edges), 160,000 with
+/// rounds of 10M changed 6.2 GB of pages where 80,000 with rounds of 2M changed 11.5 GB;
+/// larger transactions change fewer still, but each holds more pages in memory.
 pub const EDGE_ROWS_PER_TXN: usize = 160_000;
 
 /// Edge rows buffered, reordered and stored as one round (see the module docs): a larger
