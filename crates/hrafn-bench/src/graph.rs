@@ -834,11 +834,7 @@ pub fn run(
     let p50 = percentile(&store.m.one_hop, 0.5);
     println!(
         "targets: 1-hop p50 <= 5 us: {} ({}); bulk load (from CSV) >= 1M edges/s: {}",
-        if p50 <= Duration::from_micros(5) {
-            "met"
-        } else {
-            "NOT met"
-        },
+        met(p50 <= Duration::from_micros(5)),
         us(p50),
         verdict(rate)
     );
@@ -850,10 +846,13 @@ pub fn run(
     Ok(())
 }
 
+fn met(ok: bool) -> &'static str {
+    if ok { "met" } else { "NOT met" }
+}
+
 /// The bulk-load target's verdict on `rate` edges/s.
 fn verdict(rate: f64) -> String {
-    let met = if rate >= 1e6 { "met" } else { "NOT met" };
-    format!("{met} ({rate:.0} edges/s)")
+    format!("{} ({rate:.0} edges/s)", met(rate >= 1e6))
 }
 
 /// Runs [`run_csv_load`] and prints its line; returns the edges' rate.
