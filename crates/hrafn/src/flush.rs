@@ -65,7 +65,8 @@ impl FlushBook {
 struct Signal {
     kicked: bool,
     shutdown: bool,
-    rotated: bool,
+    /// The writer moved to a new journal file or passed half of one.
+    journals: bool,
     retired: bool,
 }
 
@@ -92,10 +93,11 @@ impl Flusher {
         self.condvar.notify_one();
     }
 
-    /// Tells the flusher the writer moved to a new journal file: the pool of ready files
-    /// may need a top-up, and the journals waiting for a sync may have reached their limit.
-    pub fn journal_rotated(&self) {
-        self.signal.lock().rotated = true;
+    /// Tells the flusher the writer moved to a new journal file or passed half of one:
+    /// the pool of ready files may need a top-up, and the journals waiting for a sync may
+    /// have reached their limit.
+    pub fn journal_progressed(&self) {
+        self.signal.lock().journals = true;
         self.condvar.notify_one();
     }
 
@@ -115,10 +117,10 @@ impl Flusher {
     fn wait(&self, timeout: Duration) -> Wake {
         let mut signal = self.signal.lock();
         let mut timed_out = false;
-        if !signal.kicked && !signal.shutdown && !signal.rotated && !signal.retired {
+        if !signal.kicked && !signal.shutdown && !signal.journals && !signal.retired {
             timed_out = self.condvar.wait_for(&mut signal, timeout).timed_out();
         }
-        signal.rotated = false;
+        signal.journals = false;
         signal.retired = false;
         Wake {
             stop: signal.shutdown,

@@ -148,3 +148,38 @@ fn journals_start_small_and_grow_to_the_configured_size() {
     assert_eq!(sizes[1..4], [2 << 20, 4 << 20, 8 << 20], "{sizes:?}");
     assert_eq!(*sizes.last().expect("files"), 8 << 20, "{sizes:?}");
 }
+
+/// A journal half full asks for spares, so a young environment's first rotation finds one
+/// ready even when the flusher's timer is far off (here an hour).
+#[test]
+fn a_half_full_journal_has_its_successor_made_before_it_fills() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = Environment::open(dir.path(), options().flush_interval_ms(3_600_000)).expect("open");
+    let mut rng = StdRng::seed_from_u64(9);
+    let mut value = vec![0u8; 2000];
+    let mut commit = |first: u32, count: u32| {
+        let mut wtx = env.begin_write().expect("write");
+        {
+            let mut t = wtx.open_tree("t").expect("tree");
+            for i in first..first + count {
+                rng.fill_bytes(&mut value);
+                t.insert(i.to_be_bytes(), &value).expect("insert");
+            }
+        }
+        wtx.commit().expect("commit");
+    };
+    // About 20 KB of incompressible diffs: under half of the 64 KiB journal.
+    commit(0, 10);
+    assert_eq!(env.stats().journal_files_ready, 0, "no spare asked for yet");
+    // Past half: the flusher is asked for the next journal.
+    commit(10, 10);
+    wait_for("a spare", || env.stats().journal_files_ready >= 1);
+    let filled_before = env.stats().journals_filled_by_writer;
+    commit(20, 20);
+    let stats = env.stats();
+    assert!(stats.journal_spares_used >= 1, "the rotation took a spare");
+    assert_eq!(
+        stats.journals_filled_by_writer, filled_before,
+        "a rotation zero-filled its journal on the commit path"
+    );
+}

@@ -141,7 +141,11 @@ impl Prepared<'_> {
             *env.journal_file.lock() = Some(journal.current_file());
             env.current_journal
                 .store(journal.journal_number(), Ordering::SeqCst);
-            env.flusher.journal_rotated();
+        }
+        // Half full: spares are made between flush passes, and the timer alone may come
+        // after a young environment's small first journal fills.
+        if journal.journal_number() != number_before || journal.passed_half() {
+            env.flusher.journal_progressed();
         }
         let c = &env.counters;
         c.commits.fetch_add(1, Ordering::Relaxed);
