@@ -31,6 +31,20 @@ fn spare_files(dir: &Path) -> usize {
         .count()
 }
 
+/// Commits random 2,000-byte values (incompressible diffs) under `keys` into tree `t`.
+fn commit_values(env: &Environment, rng: &mut StdRng, keys: std::ops::Range<u32>) {
+    let mut value = vec![0u8; 2000];
+    let mut wtx = env.begin_write().expect("write");
+    {
+        let mut t = wtx.open_tree("t").expect("tree");
+        for key in keys {
+            rng.fill_bytes(&mut value);
+            t.insert(key.to_be_bytes(), &value).expect("insert");
+        }
+    }
+    wtx.commit().expect("commit");
+}
+
 /// Waits until `done` holds; fails the test after 20 s (the flusher is a thread of its own).
 fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -44,7 +58,6 @@ fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
 fn rotations_use_spares_made_in_the_background_and_close_removes_them() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut rng = StdRng::seed_from_u64(5);
-    let mut value = vec![0u8; 2000];
     let rounds = 12u32;
     {
         let env = Environment::open(dir.path(), options()).expect("open");
@@ -59,16 +72,7 @@ fn rotations_use_spares_made_in_the_background_and_close_removes_them() {
         for round in 0..rounds {
             // About 30 KB of incompressible diffs: a 64 KiB journal rotates every other
             // commit or so.
-            let mut wtx = env.begin_write().expect("write");
-            {
-                let mut t = wtx.open_tree("t").expect("tree");
-                for i in 0..15u32 {
-                    rng.fill_bytes(&mut value);
-                    t.insert((round * 100 + i).to_be_bytes(), &value)
-                        .expect("insert");
-                }
-            }
-            wtx.commit().expect("commit");
+            commit_values(&env, &mut rng, round * 100..round * 100 + 15);
             wait_for("the pool to be refilled", pool_full);
         }
         let stats = env.stats();
@@ -156,26 +160,14 @@ fn a_half_full_journal_has_its_successor_made_before_it_fills() {
     let dir = tempfile::tempdir().expect("tempdir");
     let env = Environment::open(dir.path(), options().flush_interval_ms(3_600_000)).expect("open");
     let mut rng = StdRng::seed_from_u64(9);
-    let mut value = vec![0u8; 2000];
-    let mut commit = |first: u32, count: u32| {
-        let mut wtx = env.begin_write().expect("write");
-        {
-            let mut t = wtx.open_tree("t").expect("tree");
-            for i in first..first + count {
-                rng.fill_bytes(&mut value);
-                t.insert(i.to_be_bytes(), &value).expect("insert");
-            }
-        }
-        wtx.commit().expect("commit");
-    };
     // About 20 KB of incompressible diffs: under half of the 64 KiB journal.
-    commit(0, 10);
+    commit_values(&env, &mut rng, 0..10);
     assert_eq!(env.stats().journal_files_ready, 0, "no spare asked for yet");
     // Past half: the flusher is asked for the next journal.
-    commit(10, 10);
+    commit_values(&env, &mut rng, 10..20);
     wait_for("a spare", || env.stats().journal_files_ready >= 1);
     let filled_before = env.stats().journals_filled_by_writer;
-    commit(20, 20);
+    commit_values(&env, &mut rng, 20..40);
     let stats = env.stats();
     assert!(stats.journal_spares_used >= 1, "the rotation took a spare");
     assert_eq!(

@@ -244,8 +244,6 @@ pub struct JournalWriter {
     journal_number: u64,
     position_bytes: u64,
     file_size_bytes: u64,
-    /// Whether [`JournalWriter::passed_half`] said so for the current file.
-    half_told: bool,
     prev_checksum: u64,
     last_txn_id: u64,
     compressed: Vec<u8>,
@@ -303,7 +301,6 @@ impl JournalWriter {
             buffered_file: None,
             journal_number,
             position_bytes: 0,
-            half_told: false,
             file_size_bytes,
             prev_checksum,
             last_txn_id,
@@ -337,12 +334,9 @@ impl JournalWriter {
         self.journal_number
     }
 
-    /// Whether the current file has just passed half full: true once per file, in time to
-    /// have the next file made ready before this one fills.
-    pub fn passed_half(&mut self) -> bool {
-        let passed = !self.half_told && self.position_bytes * 2 >= self.file_size_bytes;
-        self.half_told |= passed;
-        passed
+    /// Whether the current file is at least half full.
+    pub fn past_half(&self) -> bool {
+        self.position_bytes * 2 >= self.file_size_bytes
     }
 
     /// Appends the record of `header.txn_id` with the payload of `record` (uncompressed
@@ -531,7 +525,6 @@ impl JournalWriter {
         self.file_size_bytes = file_size;
         self.journal_number = next;
         self.position_bytes = 0;
-        self.half_told = false;
         Ok(())
     }
 }

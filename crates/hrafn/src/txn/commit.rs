@@ -112,10 +112,11 @@ impl Prepared<'_> {
         }
         env.check_poison()?;
         let journal = guard.as_mut().expect("checked in the loop");
-        let (bytes_before, stored_before, number_before) = (
+        let (bytes_before, stored_before, number_before, past_half_before) = (
             journal.bytes_written,
             journal.stored_bytes,
             journal.journal_number(),
+            journal.past_half(),
         );
         let payload_bytes = self.record.payload().len() as u64;
         let writing = std::time::Instant::now();
@@ -137,14 +138,15 @@ impl Prepared<'_> {
         if buf.capacity() <= RECORD_SPARE_CAPACITY_MAX_BYTES {
             *env.record_spare.lock() = Some(buf);
         }
-        if journal.journal_number() != number_before {
+        let rotated = journal.journal_number() != number_before;
+        if rotated {
             *env.journal_file.lock() = Some(journal.current_file());
             env.current_journal
                 .store(journal.journal_number(), Ordering::SeqCst);
         }
-        // Half full: spares are made between flush passes, and the timer alone may come
-        // after a young environment's small first journal fills.
-        if journal.journal_number() != number_before || journal.passed_half() {
+        // Passing half full (once per file): spares are made between flush passes, and the
+        // timer alone may come after a young environment's small first journal fills.
+        if rotated || (!past_half_before && journal.past_half()) {
             env.flusher.journal_progressed();
         }
         let c = &env.counters;
