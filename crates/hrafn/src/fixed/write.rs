@@ -110,7 +110,9 @@ pub fn insert_hinted<S: PageStore>(
         }
     }
     let (path, leaf) = descend(store, tree, key)?;
-    let page = store.page(leaf)?;
+    // Copied before the search, as the B+tree's insert does (`locate_writable`): the
+    // sequential copy of a cold leaf costs less than the search's misses on it.
+    let page: &[u8] = store.page_mut(leaf)?;
     let n = count(page);
     match leaf_search(page, key, value_size) {
         Ok(i) => {

@@ -21,12 +21,13 @@ use spill::ScratchFile;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Single-page buffers kept for reuse, at most this many (8 MiB, what one flush pass frees
-/// at the default `flush_threshold_bytes`): a write transaction copies every page it
-/// touches, and a freed buffer handed straight to the next copy costs neither the
-/// allocator (whose arena lock the writer and the freeing flusher would share) nor fresh
-/// memory's page faults.
-const POOLED_PAGES_MAX: usize = 1024;
+/// Single-page buffers kept for reuse, at most this many (32 MiB): a write transaction
+/// copies every page it touches, and a freed buffer handed straight to the next copy costs
+/// neither the allocator (whose arena lock the writer and the freeing flusher would share)
+/// nor fresh memory's page faults. A flush pass frees what came in while the last one ran,
+/// which under a steady writer is often more than the default `flush_threshold_bytes`
+/// (8 MiB); a pool of that size sent the rest of each pass back to the allocator.
+const POOLED_PAGES_MAX: usize = 4096;
 
 /// Bytes of scratch in use, shared by every buffer of one environment, and the pool of
 /// freed single-page buffers.
