@@ -35,7 +35,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 let mut key = [0u8; 16];
                 key[..8].copy_from_slice(&state.to_be_bytes());
                 key[8..].copy_from_slice(&state.rotate_left(17).to_be_bytes());
-                tree.insert(&key, &value)?;
+                tree.insert(key, value)?;
             }
         }
         txn.commit()?;
