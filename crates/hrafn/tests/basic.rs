@@ -397,3 +397,40 @@ fn update_in_place_each_matches_one_update_per_key() {
         assert_eq!(t.get(k).expect("get"), Some(v.as_slice()));
     }
 }
+
+/// An insert makes its leaf writable before it searches it; one that is then refused (a
+/// value over a key that holds a nested tree) must still leave the leaf as it was.
+#[test]
+fn a_refused_insert_leaves_its_leaf_as_it_was() -> hrafn::Result<()> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    {
+        let env = Environment::open(dir.path(), options())?;
+        let mut wtx = env.begin_write()?;
+        {
+            let mut t = wtx.open_tree("t")?;
+            for i in 0..200u32 {
+                t.insert(i.to_be_bytes(), [1u8; 16])?;
+            }
+            t.open_tree(b"nested")?.insert(b"inner", b"kept")?;
+        }
+        wtx.commit()?;
+        let mut wtx = env.begin_write()?;
+        {
+            let mut t = wtx.open_tree("t")?;
+            assert!(matches!(
+                t.insert(b"nested", b"a value"),
+                Err(Error::WrongTreeKind { .. })
+            ));
+            t.insert(7u32.to_be_bytes(), [2u8; 16])?;
+        }
+        wtx.commit()?;
+    }
+    let env = Environment::open(dir.path(), options())?;
+    env.check()?;
+    let rtx = env.begin_read()?;
+    let t = rtx.open_tree("t")?;
+    assert_eq!(t.len(), 201);
+    assert_eq!(t.open_tree(b"nested")?.get(b"inner")?, Some(&b"kept"[..]));
+    assert_eq!(t.get(7u32.to_be_bytes())?, Some(&[2u8; 16][..]));
+    Ok(())
+}
