@@ -2,10 +2,11 @@
 //!
 //! Commits durable transactions of 100 random 16-byte keys with 100 random bytes each
 //! (the shape of `hrafn-bench`'s `sustained_rnd_durable` row) with default options, and
-//! prints per window the commits made, the data-file syncs, and the p50 and p99 of four of
-//! the engine's own latency histograms (read from [`hrafn::Environment::metrics_text`], as
-//! a metrics scraper would): the commit, its journal write, a flush pass and a sync.
-//! Percentiles are the histogram's bucket bounds (powers of two microseconds).
+//! prints per window the commits made, the data-file syncs so far, and the p50 and p99 of
+//! four of the engine's own latency histograms (read from
+//! [`hrafn::Environment::metrics_text`], as a metrics scraper would): the commit, its
+//! journal write, a flush pass and a sync. Percentiles are the histogram's bucket bounds
+//! (powers of two microseconds).
 //!
 //! Run it with (`HRAFN_TAIL_SECS` sets the length, default 6 s in windows of 1 s; from
 //! 30 s on, windows of 10 s):
