@@ -22,6 +22,11 @@
 //! - the data file stops growing: live data is bounded, so freed pages (table pages emptied
 //!   or compacted, spilled trees folded back) are reused, and after the long reader the file
 //!   grows by at most [`DATA_FILE_GROWTH_AFTER_PIN`] over its size while the reader was open;
+//! - throughput and latency stay flat: in windows of [`WINDOW_MS`], the merged writes
+//!   acknowledged (as their callers time them) stay above a fraction of the median window's,
+//!   each window's p99 below a multiple of the median window's, no write waits past
+//!   [`WRITE_LATENCY_BOUND_US`], and the last third of the run is neither slower nor
+//!   slower-to-answer than the first;
 //! - after the kill, reopening replays only what was written since the last sync the child
 //!   reported, and takes at most a second, and the integrity check passes (every table
 //!   index agrees with its records, every embedded tree decodes, no page owned twice).
@@ -75,7 +80,23 @@ const SAMPLES_PER_SERIES: u64 = 600;
 
 const CSV_HEADER: &str = "t_ms,txn_id,synced_txn_id,commits,flushes,syncs,journal_files_on_disk,\
 journal_files_waiting,journal_files_ready,scratch_used_bytes,scratch_pinned_bytes,rss_bytes,\
-oldest_reader_age_ms,long_reader_open,data_file_bytes";
+oldest_reader_age_ms,long_reader_open,data_file_bytes,write_latency_buckets";
+
+/// Buckets of the merged writes' latency histogram: bucket 0 counts writes under 1 µs,
+/// bucket `i` those from 2^(i-1) to 2^i µs, the last one everything from 2^22 µs (4.2 s) up.
+const LATENCY_BUCKETS: usize = 24;
+/// Windows the parent judges throughput and latency over.
+const WINDOW_MS: u64 = 5_000;
+/// Flat throughput: every window's merged writes against the median window's.
+const WRITES_LOWEST_OF_MEDIAN: f64 = 0.25;
+/// Flat latency: every window's p99 against the median window's (p99s are powers of two).
+const P99_HIGHEST_OF_MEDIAN: u64 = 4;
+/// No merged write waits longer than this (µs, a bucket bound: 2.1 s).
+const WRITE_LATENCY_BOUND_US: u64 = 1 << 21;
+/// No drift: the last third's median window against the first third's, for throughput
+/// (at least this fraction) and for p99 (at most this factor).
+const DRIFT_WRITES_FRACTION: f64 = 0.5;
+const DRIFT_P99_FACTOR: u64 = 2;
 
 /// One line of the child's report.
 #[derive(Debug, Clone, Copy, Default)]
@@ -95,12 +116,14 @@ struct Sample {
     oldest_reader_age_ms: u64,
     long_reader_open: bool,
     data_file_bytes: u64,
+    /// Merged writes acknowledged so far, by latency (see [`LATENCY_BUCKETS`]).
+    write_latency_buckets: [u64; LATENCY_BUCKETS],
 }
 
 impl Sample {
     fn to_csv(self) -> String {
         format!(
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             self.t_ms,
             self.txn_id,
             self.synced_txn_id,
@@ -115,11 +138,18 @@ impl Sample {
             self.rss_bytes,
             self.oldest_reader_age_ms,
             u8::from(self.long_reader_open),
-            self.data_file_bytes
+            self.data_file_bytes,
+            self.write_latency_buckets.map(|n| n.to_string()).join(";")
         )
     }
 
     fn from_csv(line: &str) -> Option<Sample> {
+        let (line, buckets) = line.rsplit_once(',')?;
+        let buckets: Vec<u64> = buckets
+            .split(';')
+            .map(|f| f.trim().parse().ok())
+            .collect::<Option<_>>()?;
+        let write_latency_buckets = buckets.try_into().ok()?;
         let v: Vec<u64> = line
             .split(',')
             .map(|f| f.trim().parse().ok())
@@ -140,6 +170,7 @@ impl Sample {
             oldest_reader_age_ms: v[12],
             long_reader_open: v[13] != 0,
             data_file_bytes: v[14],
+            write_latency_buckets,
         })
     }
 }
@@ -190,19 +221,23 @@ fn child_main(dir: &Path, run_for: Duration) {
         Err(e) => child_fail(&format!("open: {e}")),
     };
     let stop = Arc::new(AtomicBool::new(false));
+    let latency = Arc::new(LatencyHistogram::default());
     let long_reader_open = Arc::new(AtomicBool::new(false));
     let mut threads = Vec::new();
     for w in 0..MERGED_WRITERS {
         let env = Arc::clone(&env);
+        let latency = Arc::clone(&latency);
         threads.push(std::thread::spawn(move || {
             let value = [w as u8; 64];
             for i in 0u64.. {
                 let mut batch = WriteBatch::new();
                 batch.insert("small", small_key(w, i), value);
                 batch.insert("small", small_key(w, i + 1), value);
+                let writing = Instant::now();
                 if let Err(e) = env.write(batch) {
                     child_fail(&format!("merged write: {e}"));
                 }
+                latency.record(writing.elapsed());
             }
         }));
     }
@@ -270,6 +305,7 @@ fn child_main(dir: &Path, run_for: Duration) {
     {
         let env = Arc::clone(&env);
         let long_reader_open = Arc::clone(&long_reader_open);
+        let latency = Arc::clone(&latency);
         let dir = dir.to_path_buf();
         threads.push(std::thread::spawn(move || {
             loop {
@@ -292,6 +328,7 @@ fn child_main(dir: &Path, run_for: Duration) {
                     long_reader_open: long_reader_open.load(Ordering::Relaxed),
                     data_file_bytes: std::fs::metadata(dir.join(hrafn::DATA_FILE))
                         .map_or(0, |m| m.len()),
+                    write_latency_buckets: latency.snapshot(),
                 };
                 say(&format!("SAMPLE {}", sample.to_csv()));
             }
@@ -328,6 +365,25 @@ fn child_main(dir: &Path, run_for: Duration) {
     // Writers go on until the parent's SIGKILL.
     std::thread::sleep(Duration::from_secs(3600));
     child_fail("not killed");
+}
+
+/// Latencies of the merged writes as the user sees them (`Environment::write` returning),
+/// in power-of-two buckets of microseconds.
+#[derive(Default)]
+struct LatencyHistogram {
+    buckets: [std::sync::atomic::AtomicU64; LATENCY_BUCKETS],
+}
+
+impl LatencyHistogram {
+    fn record(&self, elapsed: Duration) {
+        let us = elapsed.as_micros() as u64;
+        let bucket = (u64::BITS - us.leading_zeros()) as usize;
+        self.buckets[bucket.min(LATENCY_BUCKETS - 1)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn snapshot(&self) -> [u64; LATENCY_BUCKETS] {
+        std::array::from_fn(|i| self.buckets[i].load(Ordering::Relaxed))
+    }
 }
 
 fn events_schema() -> Schema {
@@ -488,6 +544,153 @@ fn run_child(dir: &Path, run_for: Duration) -> Report {
     report
 }
 
+/// The merged writes of one [`WINDOW_MS`] window.
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    end_ms: u64,
+    writes: u64,
+    /// Upper bound of the bucket holding the 99th percentile, in µs.
+    p99_us: u64,
+    /// Upper bound of the highest bucket with a write in it, in µs.
+    max_us: u64,
+}
+
+/// Splits the run into windows of [`WINDOW_MS`] (the last one, cut short by the end of
+/// the run, is dropped) and reads each one's writes and latency off the cumulative
+/// histograms at its ends.
+fn windows(samples: &[Sample]) -> Vec<Window> {
+    let bound_us = |bucket: usize| 1u64 << bucket;
+    let mut out = Vec::new();
+    let mut start = Sample::default();
+    for (i, s) in samples.iter().enumerate() {
+        let window_ends = samples
+            .get(i + 1)
+            .is_some_and(|next| next.t_ms / WINDOW_MS != s.t_ms / WINDOW_MS);
+        if !window_ends {
+            continue;
+        }
+        let counts: [u64; LATENCY_BUCKETS] =
+            std::array::from_fn(|b| s.write_latency_buckets[b] - start.write_latency_buckets[b]);
+        let writes: u64 = counts.iter().sum();
+        let mut below = 0;
+        let p99_bucket = counts
+            .iter()
+            .position(|&n| {
+                below += n;
+                below * 100 >= writes * 99
+            })
+            .unwrap_or(0);
+        let max_bucket = counts.iter().rposition(|&n| n > 0).unwrap_or(0);
+        out.push(Window {
+            end_ms: s.t_ms,
+            writes,
+            p99_us: bound_us(p99_bucket),
+            max_us: bound_us(max_bucket),
+        });
+        start = *s;
+    }
+    out
+}
+
+/// What breaks flat throughput and latency across `windows`, as messages (none when flat):
+/// a window far below the median's writes or far above its p99, a write past
+/// [`WRITE_LATENCY_BOUND_US`], or the last third of the run slower than the first.
+fn flatness_failures(windows: &[Window]) -> Vec<String> {
+    fn median(mut v: Vec<u64>) -> u64 {
+        v.sort_unstable();
+        v.get(v.len() / 2).copied().unwrap_or(0)
+    }
+    let mut failures = Vec::new();
+    if windows.len() < 6 {
+        failures.push(format!("{} windows, too few to judge", windows.len()));
+        return failures;
+    }
+    let writes = median(windows.iter().map(|w| w.writes).collect());
+    let p99_us = median(windows.iter().map(|w| w.p99_us).collect());
+    for w in windows {
+        let at_s = w.end_ms as f64 / 1000.0;
+        if (w.writes as f64) < writes as f64 * WRITES_LOWEST_OF_MEDIAN {
+            failures.push(format!(
+                "writes fell to {} in the window ending at {at_s:.1} s; median window {writes}",
+                w.writes
+            ));
+        }
+        if w.p99_us > p99_us * P99_HIGHEST_OF_MEDIAN {
+            failures.push(format!(
+                "p99 rose to {} µs in the window ending at {at_s:.1} s; median window \
+                 {p99_us} µs",
+                w.p99_us
+            ));
+        }
+        if w.max_us > WRITE_LATENCY_BOUND_US {
+            failures.push(format!(
+                "a write waited past the bound ({} µs) in the window ending at {at_s:.1} s",
+                w.max_us
+            ));
+        }
+    }
+    let third = windows.len() / 3;
+    let (first, last) = (&windows[..third], &windows[windows.len() - third..]);
+    let (writes_first, writes_last) = (
+        median(first.iter().map(|w| w.writes).collect()),
+        median(last.iter().map(|w| w.writes).collect()),
+    );
+    let (p99_first, p99_last) = (
+        median(first.iter().map(|w| w.p99_us).collect()),
+        median(last.iter().map(|w| w.p99_us).collect()),
+    );
+    if (writes_last as f64) < writes_first as f64 * DRIFT_WRITES_FRACTION {
+        failures.push(format!(
+            "throughput drifted down: median window {writes_first} writes in the first \
+             third, {writes_last} in the last"
+        ));
+    }
+    if p99_last > p99_first * DRIFT_P99_FACTOR {
+        failures.push(format!(
+            "latency drifted up: median window p99 {p99_first} µs in the first third, \
+             {p99_last} µs in the last"
+        ));
+    }
+    failures
+}
+
+#[test]
+fn flatness_flags_a_drift_a_dip_and_a_stall() {
+    let window = |i: u64, writes: u64, p99_us: u64, max_us: u64| Window {
+        end_ms: (i + 1) * WINDOW_MS,
+        writes,
+        p99_us,
+        max_us,
+    };
+    let flat: Vec<Window> = (0..12)
+        .map(|i| window(i, 30_000 + i % 3 * 5_000, 8192, 32_768))
+        .collect();
+    assert_eq!(flatness_failures(&flat), Vec::<String>::new());
+    // Latency doubling every few windows: a drift, and the last windows far above.
+    let drifting: Vec<Window> = (0..12)
+        .map(|i| window(i, 30_000, 8192 << (i / 4), 32_768 << (i / 4)))
+        .collect();
+    let failures = flatness_failures(&drifting);
+    assert!(
+        failures.iter().any(|f| f.contains("latency drifted")),
+        "{failures:?}"
+    );
+    // One window nearly without writes, and one write held for 4 s.
+    let mut dip = flat.clone();
+    dip[5].writes = 1_000;
+    dip[7].max_us = 1 << 22;
+    let failures = flatness_failures(&dip);
+    assert!(
+        failures.iter().any(|f| f.contains("writes fell")),
+        "{failures:?}"
+    );
+    assert!(
+        failures.iter().any(|f| f.contains("past the bound")),
+        "{failures:?}"
+    );
+    assert!(flatness_failures(&flat[..4]).len() == 1);
+}
+
 /// Longest time the synced id stood still, outside the long reader: the clock restarts
 /// when the synced id moves and when the long reader ends.
 fn longest_sync_stall_ms(samples: &[Sample]) -> u64 {
@@ -582,12 +785,20 @@ fn steady_state_under_default_options() {
         "the data file kept growing: {until_pin_end} bytes until the long reader ended, \
          {data_file_end} at the end"
     );
+    // Throughput and the merged writes' latency stay flat, and do not drift over the run.
+    let windows = windows(samples);
+    let failures = flatness_failures(&windows);
+    assert!(failures.is_empty(), "{failures:#?}\nwindows: {windows:#?}");
+    let writes_per_s = |w: &Window| w.writes as f64 * 1000.0 / WINDOW_MS as f64;
+    let lowest = windows.iter().min_by_key(|w| w.writes).expect("windows");
     let peak = |f: fn(&Sample) -> u64| samples.iter().map(f).max().unwrap_or(0);
     let summary = format!(
         "endurance: {} s, {} commits ({:.0}/s), {} flushes, {} syncs, longest sync stall \
          outside the long reader {} ms, journal files on disk peak {} (waiting peak {}), \
          scratch peak {:.1} MiB, pinned peak {:.1} MiB, RSS peak {:.1} MiB, data file \
-         {:.1} MiB until the long reader ended and {:.1} MiB at the end",
+         {:.1} MiB until the long reader ended and {:.1} MiB at the end; merged writes \
+         {:.0}/s in the lowest window of {} s, p99 at most {} µs and the slowest at most \
+         {} µs in any window",
         run_for.as_secs(),
         last.commits,
         last.commits as f64 / (last.t_ms as f64 / 1000.0),
@@ -601,6 +812,10 @@ fn steady_state_under_default_options() {
         peak(|s| s.rss_bytes) as f64 / (1 << 20) as f64,
         until_pin_end as f64 / (1 << 20) as f64,
         data_file_end as f64 / (1 << 20) as f64,
+        writes_per_s(lowest),
+        WINDOW_MS / 1000,
+        windows.iter().map(|w| w.p99_us).max().unwrap_or(0),
+        windows.iter().map(|w| w.max_us).max().unwrap_or(0),
     );
 
     // Reopen after the kill replays only what came after the last reported sync.
