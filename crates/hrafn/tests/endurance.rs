@@ -666,7 +666,7 @@ fn flatness_flags_a_drift_a_dip_and_a_stall() {
         .map(|i| window(i, 30_000 + i % 3 * 5_000, 8192, 32_768))
         .collect();
     assert_eq!(flatness_failures(&flat), Vec::<String>::new());
-    // Latency doubling every few windows: a drift, and the last windows far above.
+    // Latency doubling every four windows: the last third's p99 is 4× the first's.
     let drifting: Vec<Window> = (0..12)
         .map(|i| window(i, 30_000, 8192 << (i / 4), 32_768 << (i / 4)))
         .collect();
