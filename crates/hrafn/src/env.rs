@@ -425,7 +425,7 @@ pub(crate) struct EnvInner {
     pub counters: Counters,
     pub flush_book: Mutex<FlushBook>,
     /// Pages commits wrote that the flusher has not taken yet (`flush_log.rs`).
-    pub flush_log: Mutex<crate::flush_log::FlushLog>,
+    pub flush_log: crate::flush_log::FlushLog,
     /// Allocated size of the data file (see `flush::grow_data_file`).
     pub data_allocated_bytes: AtomicU64,
     pub flusher: Flusher,
@@ -487,7 +487,7 @@ impl EnvInner {
             poison: Mutex::new(None),
             counters: Counters::default(),
             flush_book: Mutex::new(FlushBook::new(o.header, o.data_len)),
-            flush_log: Mutex::default(),
+            flush_log: Default::default(),
             data_allocated_bytes: AtomicU64::new(o.data_len),
             flusher: Flusher::default(),
             retired: Mutex::new(Vec::new()),

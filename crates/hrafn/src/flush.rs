@@ -325,7 +325,7 @@ pub(crate) fn flush(inner: &EnvInner, then_sync: bool) -> Result<()> {
     if let Some(oldest) = phase.oldest_process_reader()? {
         bound = bound.min(oldest);
     }
-    let (batch, examined, taken) = inner.flush_log.lock().take_flushable(&state.ptt, bound);
+    let (batch, examined, taken) = inner.flush_log.take_flushable(&state.ptt, bound);
     inner
         .counters
         .flush_pages_examined
@@ -334,7 +334,7 @@ pub(crate) fn flush(inner: &EnvInner, then_sync: bool) -> Result<()> {
         let writing = Instant::now();
         if let Err(error) = write_batch(inner, &mut book, &state, &batch) {
             // A failed pass (a full disk growing the file) leaves its pages to the next one.
-            inner.flush_log.lock().put_back(taken);
+            inner.flush_log.put_back(taken);
             return Err(error);
         }
         inner.counters.latencies.flush.record(writing.elapsed());
@@ -521,7 +521,7 @@ fn write_batch(
 fn sync(inner: &EnvInner, book: &mut FlushBook) -> Result<()> {
     let state = inner.state.load_full();
     // The log is read after the state is loaded: a commit published since is in it.
-    let min_unflushed = inner.flush_log.lock().oldest_unflushed();
+    let min_unflushed = inner.flush_log.oldest_unflushed();
     let wanted = min_unflushed.map_or(state.txn_id, |m| state.txn_id.min(m - 1));
     let point = inner
         .journal_index

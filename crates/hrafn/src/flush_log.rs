@@ -12,105 +12,133 @@
 //! not yet taken, or the oldest version a held page waits with, whichever is older.
 
 use crate::scratch::Ptt;
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// What one pass took from the log, to put back if its writes fail (the next pass then
 /// tries the same pages again).
 #[derive(Debug, Default)]
 pub struct Taken {
-    commits: Vec<(u64, Vec<u64>)>,
+    commits: VecDeque<(u64, Vec<u64>)>,
     released: Vec<(u64, u64)>,
 }
 
 /// Commits whose pages the flusher has not looked at, and pages held back.
+///
+/// Two locks, because the two halves have different users: every commit appends to
+/// `commits` while it holds the publish lock, so the flusher holds that lock only to split
+/// off what it takes, never while it works through it (after a long reader, what it takes
+/// can be minutes of commits). `held` is the flusher's alone.
 #[derive(Debug, Default)]
 pub struct FlushLog {
-    commits: VecDeque<(u64, Vec<u64>)>,
+    commits: Mutex<VecDeque<(u64, Vec<u64>)>>,
+    held: Mutex<Held>,
+}
+
+#[derive(Debug, Default)]
+struct Held {
     /// Held page → the oldest of its versions not in the data file.
-    held: BTreeMap<u64, u64>,
+    by_page: BTreeMap<u64, u64>,
     /// The same, ordered by that version, for the minimum.
-    held_by_txn: BTreeSet<(u64, u64)>,
+    by_txn: BTreeSet<(u64, u64)>,
 }
 
 impl FlushLog {
     /// Records the pages commit `txn_id` wrote (called in transaction order, before the
     /// commit's state is published).
-    pub fn record(&mut self, txn_id: u64, pages: Vec<u64>) {
+    pub fn record(&self, txn_id: u64, pages: Vec<u64>) {
+        let mut commits = self.commits.lock();
         debug_assert!(
-            self.commits.back().is_none_or(|&(t, _)| t < txn_id),
+            commits.back().is_none_or(|&(t, _)| t < txn_id),
             "commits are recorded in order"
         );
-        self.commits.push_back((txn_id, pages));
+        commits.push_back((txn_id, pages));
     }
 
     /// Takes the commits at or below `bound` and returns, in page order, the page versions
     /// of `ptt` (the state the pass flushes from) that may go to the data file (exactly
     /// what a scan of all of `ptt` finds), the number of pages it looked up, and what it
-    /// took, for [`FlushLog::put_back`].
-    pub fn take_flushable(&mut self, ptt: &Ptt, bound: u64) -> (Vec<(u64, u64)>, u64, Taken) {
-        let mut taken = Taken::default();
-        let mut pages = BTreeSet::new();
-        while let Some(&(txn_id, _)) = self.commits.front()
-            && txn_id <= bound
-        {
-            let commit = self.commits.pop_front().expect("front exists");
-            pages.extend(commit.1.iter().copied());
-            taken.commits.push(commit);
-        }
+    /// took, for [`FlushLog::put_back`]. Only the flusher calls it.
+    pub fn take_flushable(&self, ptt: &Ptt, bound: u64) -> (Vec<(u64, u64)>, u64, Taken) {
+        let commits: VecDeque<(u64, Vec<u64>)> = {
+            let mut log = self.commits.lock();
+            // Moves whichever side is shorter: while a reader pins the bound, nothing is
+            // taken from a log that keeps growing.
+            let taken_count = log.partition_point(|&(txn_id, _)| txn_id <= bound);
+            if taken_count <= log.len() / 2 {
+                log.drain(..taken_count).collect()
+            } else {
+                let newer = log.split_off(taken_count);
+                std::mem::replace(&mut *log, newer)
+            }
+        };
+        let mut pages: Vec<u64> = commits.iter().flat_map(|c| c.1.iter().copied()).collect();
+        pages.sort_unstable();
+        pages.dedup();
         let examined = pages.len() as u64;
+        let mut taken = Taken {
+            commits,
+            released: Vec::new(),
+        };
+        let mut held = self.held.lock();
         let mut batch = Vec::with_capacity(pages.len());
         for page_number in pages {
             let Some(entry) = ptt.get(page_number) else {
                 continue; // flushed already, with a version taken earlier
             };
             if entry.txn_id <= bound {
-                if let Some(oldest) = self.release(page_number) {
+                if let Some(oldest) = held.release(page_number) {
                     taken.released.push((page_number, oldest));
                 }
                 batch.push((page_number, entry.txn_id));
             } else {
-                self.hold(page_number, entry.first_unflushed_txn_id);
+                held.hold(page_number, entry.first_unflushed_txn_id);
             }
         }
         (batch, examined, taken)
     }
 
     /// Undoes a take whose pages did not reach the data file.
-    pub fn put_back(&mut self, taken: Taken) {
-        for commit in taken.commits.into_iter().rev() {
-            self.commits.push_front(commit);
-        }
+    pub fn put_back(&self, taken: Taken) {
+        let mut held = self.held.lock();
         for (page_number, oldest) in taken.released {
-            self.hold(page_number, oldest);
+            held.hold(page_number, oldest);
+        }
+        // Commits recorded since are all newer than those taken.
+        let mut commits = self.commits.lock();
+        for commit in taken.commits.into_iter().rev() {
+            commits.push_front(commit);
         }
     }
 
     /// The oldest transaction that wrote a version not yet in the data file, if any.
     pub fn oldest_unflushed(&self) -> Option<u64> {
-        let commits = self.commits.front().map(|&(t, _)| t);
-        let held = self.held_by_txn.first().map(|&(t, _)| t);
+        let held = self.held.lock().by_txn.first().map(|&(t, _)| t);
+        let commits = self.commits.lock().front().map(|&(t, _)| t);
         match (commits, held) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
     }
+}
 
+impl Held {
     fn hold(&mut self, page_number: u64, first_unflushed_txn_id: u64) {
-        let oldest = match self.held.get(&page_number) {
+        let oldest = match self.by_page.get(&page_number) {
             Some(&t) if t <= first_unflushed_txn_id => return,
             Some(&t) => {
-                self.held_by_txn.remove(&(t, page_number));
+                self.by_txn.remove(&(t, page_number));
                 first_unflushed_txn_id
             }
             None => first_unflushed_txn_id,
         };
-        self.held.insert(page_number, oldest);
-        self.held_by_txn.insert((oldest, page_number));
+        self.by_page.insert(page_number, oldest);
+        self.by_txn.insert((oldest, page_number));
     }
 
     fn release(&mut self, page_number: u64) -> Option<u64> {
-        let t = self.held.remove(&page_number)?;
-        self.held_by_txn.remove(&(t, page_number));
+        let t = self.by_page.remove(&page_number)?;
+        self.by_txn.remove(&(t, page_number));
         Some(t)
     }
 }
@@ -137,7 +165,7 @@ mod tests {
         };
         for _round in 0..50 {
             let mut ptt = Ptt::new();
-            let mut log = FlushLog::default();
+            let log = FlushLog::default();
             let mut txn_id = 0;
             let mut oldest_reader = 0;
             for _step in 0..200 {

@@ -169,7 +169,7 @@ impl Prepared<'_> {
                 .iter()
                 .flat_map(|(first, buf)| *first..*first + buf.page_count() as u64)
                 .collect();
-            env.flush_log.lock().record(self.txn_id, written);
+            env.flush_log.record(self.txn_id, written);
             let flushed_meanwhile = publish(
                 &env.state,
                 self.txn_id,
