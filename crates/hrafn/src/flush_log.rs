@@ -28,7 +28,7 @@ pub struct Taken {
 /// Two locks, because the two halves have different users: every commit appends to
 /// `commits` while it holds the publish lock, so the flusher holds that lock only to split
 /// off what it takes, never while it works through it (after a long reader, what it takes
-/// can be minutes of commits). `held` is the flusher's alone.
+/// can be minutes of commits). `held` belongs to the flush passes alone.
 #[derive(Debug, Default)]
 pub struct FlushLog {
     commits: Mutex<VecDeque<(u64, Vec<u64>)>>,
@@ -58,7 +58,8 @@ impl FlushLog {
     /// Takes the commits at or below `bound` and returns, in page order, the page versions
     /// of `ptt` (the state the pass flushes from) that may go to the data file (exactly
     /// what a scan of all of `ptt` finds), the number of pages it looked up, and what it
-    /// took, for [`FlushLog::put_back`]. Only the flusher calls it.
+    /// took, for [`FlushLog::put_back`]. Called by flush passes only, which hold the
+    /// flush book's lock: one at a time.
     pub fn take_flushable(&self, ptt: &Ptt, bound: u64) -> (Vec<(u64, u64)>, u64, Taken) {
         let commits: VecDeque<(u64, Vec<u64>)> = {
             let mut log = self.commits.lock();
