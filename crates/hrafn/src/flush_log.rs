@@ -151,6 +151,46 @@ mod tests {
     use crate::scratch::{PageBuf, PttEntry, ScratchUsage};
     use std::sync::Arc;
 
+    /// Every commit appends to the log while it holds the publish lock, so a pass that
+    /// takes a long log (a long reader just ended) must not keep commits waiting while it
+    /// works through what it took: a commit's append waits at most for the split.
+    #[test]
+    fn a_pass_does_not_hold_up_commits_while_it_works() {
+        const COMMITS: u64 = 400_000;
+        let log = FlushLog::default();
+        for txn_id in 1..=COMMITS {
+            log.record(txn_id, (0..10).map(|i| (txn_id * 7 + i) % 1000).collect());
+        }
+        let ptt = Ptt::new();
+        let barrier = std::sync::Barrier::new(2);
+        std::thread::scope(|scope| {
+            let pass = scope.spawn(|| {
+                barrier.wait();
+                let started = std::time::Instant::now();
+                let (_, examined, _) = log.take_flushable(&ptt, COMMITS);
+                (started.elapsed(), examined)
+            });
+            barrier.wait();
+            let mut slowest = std::time::Duration::ZERO;
+            let mut txn_id = COMMITS;
+            while !pass.is_finished() {
+                txn_id += 1;
+                let started = std::time::Instant::now();
+                log.record(txn_id, vec![txn_id % 1000]);
+                slowest = slowest.max(started.elapsed());
+            }
+            let (took, examined) = pass.join().expect("the pass");
+            assert_eq!(examined, 1000);
+            assert!(txn_id > COMMITS, "no append ran during the pass");
+            assert!(
+                slowest < took / 2,
+                "an append waited {slowest:?} during a pass of {took:?}"
+            );
+        });
+        // What the pass took is gone; the appends made meanwhile wait for the next one.
+        assert_eq!(log.oldest_unflushed(), Some(COMMITS + 1));
+    }
+
     /// Random commits and passes at random bounds, against a scan of the whole table and
     /// the flusher's own bookkeeping of `first_unflushed_txn_id`.
     #[test]
