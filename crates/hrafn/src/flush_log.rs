@@ -73,9 +73,9 @@ impl FlushLog {
                 std::mem::replace(&mut *log, newer)
             }
         };
-        let mut pages: Vec<u64> = commits.iter().flat_map(|c| c.1.iter().copied()).collect();
-        pages.sort_unstable();
-        pages.dedup();
+        // A set, not a sorted list of every page of every commit: after a long reader the
+        // commits repeat the same pages many times over.
+        let pages: BTreeSet<u64> = commits.iter().flat_map(|c| c.1.iter().copied()).collect();
         let examined = pages.len() as u64;
         let mut taken = Taken {
             commits,

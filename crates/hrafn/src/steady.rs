@@ -178,14 +178,31 @@ pub fn assert_steady(points: &[Point], bounds: &Bounds) {
             Some(n)
         })
         .collect();
-    let mut sorted = windows.clone();
-    sorted.sort_unstable();
-    let median = sorted[sorted.len() / 2];
+    let median = median(&windows);
     eprintln!("progress per window: {windows:?}");
     assert!(
-        windows.iter().all(|&w| w * 2 >= median),
+        windows_below_median(&windows, 0.5).is_empty(),
         "a window fell below half the median {median}: {windows:?}"
     );
+}
+
+/// The median of `values` (the upper middle one of an even count; 0 for none).
+pub fn median(values: &[u64]) -> u64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_unstable();
+    sorted.get(sorted.len() / 2).copied().unwrap_or(0)
+}
+
+/// The windows (`(index, progress)`, from the progress made in each) below `fraction` of
+/// the median window: a run whose pace is flat has none.
+pub fn windows_below_median(per_window: &[u64], fraction: f64) -> Vec<(usize, u64)> {
+    let floor = median(per_window) as f64 * fraction;
+    per_window
+        .iter()
+        .copied()
+        .enumerate()
+        .filter(|&(_, progress)| (progress as f64) < floor)
+        .collect()
 }
 
 /// Asserts that the p99 of `latencies` (each `(when, how long)`) in the last third of a

@@ -38,7 +38,7 @@
 mod common;
 
 use common::mix;
-use hrafn::steady::{journal_files_on_disk, rss_bytes};
+use hrafn::steady::{journal_files_on_disk, median, rss_bytes, windows_below_median};
 use hrafn::table::Schema;
 use hrafn::{Environment, Options, WriteBatch};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -596,25 +596,25 @@ fn windows(samples: &[Sample]) -> Vec<Window> {
 /// a window far below the median's writes or far above its p99, a write past
 /// [`WRITE_LATENCY_BOUND_US`], or the last third of the run slower than the first.
 fn flatness_failures(windows: &[Window]) -> Vec<String> {
-    fn median(mut v: Vec<u64>) -> u64 {
-        v.sort_unstable();
-        v.get(v.len() / 2).copied().unwrap_or(0)
-    }
     let mut failures = Vec::new();
     if windows.len() < 6 {
         failures.push(format!("{} windows, too few to judge", windows.len()));
         return failures;
     }
-    let writes = median(windows.iter().map(|w| w.writes).collect());
-    let p99_us = median(windows.iter().map(|w| w.p99_us).collect());
+    let at_s = |w: &Window| w.end_ms as f64 / 1000.0;
+    let median_of =
+        |part: &[Window], f: fn(&Window) -> u64| median(&part.iter().map(f).collect::<Vec<_>>());
+    let writes: Vec<u64> = windows.iter().map(|w| w.writes).collect();
+    let median_writes = median(&writes);
+    for (i, n) in windows_below_median(&writes, WRITES_LOWEST_OF_MEDIAN) {
+        failures.push(format!(
+            "writes fell to {n} in the window ending at {:.1} s; median window {median_writes}",
+            at_s(&windows[i])
+        ));
+    }
+    let p99_us = median_of(windows, |w| w.p99_us);
     for w in windows {
-        let at_s = w.end_ms as f64 / 1000.0;
-        if (w.writes as f64) < writes as f64 * WRITES_LOWEST_OF_MEDIAN {
-            failures.push(format!(
-                "writes fell to {} in the window ending at {at_s:.1} s; median window {writes}",
-                w.writes
-            ));
-        }
+        let at_s = at_s(w);
         if w.p99_us > p99_us * P99_HIGHEST_OF_MEDIAN {
             failures.push(format!(
                 "p99 rose to {} µs in the window ending at {at_s:.1} s; median window \
@@ -632,12 +632,12 @@ fn flatness_failures(windows: &[Window]) -> Vec<String> {
     let third = windows.len() / 3;
     let (first, last) = (&windows[..third], &windows[windows.len() - third..]);
     let (writes_first, writes_last) = (
-        median(first.iter().map(|w| w.writes).collect()),
-        median(last.iter().map(|w| w.writes).collect()),
+        median_of(first, |w| w.writes),
+        median_of(last, |w| w.writes),
     );
     let (p99_first, p99_last) = (
-        median(first.iter().map(|w| w.p99_us).collect()),
-        median(last.iter().map(|w| w.p99_us).collect()),
+        median_of(first, |w| w.p99_us),
+        median_of(last, |w| w.p99_us),
     );
     if (writes_last as f64) < writes_first as f64 * DRIFT_WRITES_FRACTION {
         failures.push(format!(
