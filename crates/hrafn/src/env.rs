@@ -75,7 +75,10 @@ pub struct Options {
     pub flush_interval_ms: u64,
     /// Longest time between data-file syncs (each sync lets journals be recycled).
     pub sync_interval_ms: u64,
-    /// Data bytes written since the last sync that trigger a sync.
+    /// Data bytes written since the last sync that trigger a sync (4 GiB; a page written
+    /// twice counts twice). A backstop: the interval and the journals waiting for a sync
+    /// bound recovery, and a low value makes heavy random writes sync, and so write back
+    /// pages, far more often.
     pub sync_threshold_bytes: u64,
     /// Most scratch (page copies, in memory and in scratch files) held; past it writes
     /// wait, then fail with [`Error::ScratchFull`]. Only a reader that stays open while
@@ -262,7 +265,7 @@ impl Default for Options {
             flush_threshold_bytes: 8 << 20,
             flush_interval_ms: 100,
             sync_interval_ms: 10_000,
-            sync_threshold_bytes: 256 << 20,
+            sync_threshold_bytes: 4 << 30,
             scratch_limit_bytes: 4 << 30,
             scratch_memory_bytes: 512 << 20,
             scratch_wait_ms: 2_000,

@@ -75,7 +75,7 @@ struct Wake {
     stop: bool,
     /// A flush was asked for (scratch past the threshold, a writer waiting for room).
     kicked: bool,
-    /// The timer ran out (rather than a request waking the thread).
+    /// The timer's tick is due (whether or not a request woke the thread too).
     timed_out: bool,
 }
 
@@ -113,13 +113,15 @@ impl Flusher {
         self.condvar.notify_one();
     }
 
-    /// Waits for a request or the timeout.
-    fn wait(&self, timeout: Duration) -> Wake {
+    /// Waits for a request or the tick due at `tick`. The tick keeps its time however
+    /// often requests come: waiting a whole interval from each wake would put it off for
+    /// as long as commits keep waking the thread, and with it the timed sync.
+    fn wait(&self, tick: Instant) -> Wake {
         let mut signal = self.signal.lock();
-        let mut timed_out = false;
         if !signal.kicked && !signal.shutdown && !signal.journals && !signal.retired {
-            timed_out = self.condvar.wait_for(&mut signal, timeout).timed_out();
+            self.condvar.wait_until(&mut signal, tick);
         }
+        let timed_out = Instant::now() >= tick;
         signal.journals = false;
         signal.retired = false;
         Wake {
@@ -190,8 +192,12 @@ fn run_flusher(inner: &EnvInner) {
     let interval = Duration::from_millis(inner.options.flush_interval_ms.max(1));
     let mut commits_seen = inner.counters.commits.load(Ordering::Relaxed);
     let mut spares = SpareMaker::default();
+    let mut tick = Instant::now() + interval;
     loop {
-        let wake = inner.flusher.wait(interval);
+        let wake = inner.flusher.wait(tick);
+        if wake.timed_out {
+            tick = Instant::now() + interval;
+        }
         drop(std::mem::take(&mut *inner.retired.lock()));
         // Idle = no commit over a whole interval: judged on the timer's ticks
         // only, whatever woke the thread in between.

@@ -26,7 +26,9 @@
 //!   acknowledged (as their callers time them) stay above a fraction of the median window's,
 //!   each window's p99 below a multiple of the median window's, no write waits past
 //!   [`WRITE_LATENCY_BOUND_US`], and the last third of the run is neither slower nor
-//!   slower-to-answer than the first;
+//!   slower-to-answer than the first; and since the disk sets the writes' pace, the share of
+//!   each window spent in journal writes stays above half the median window's (the engine
+//!   loses no time of its own), in the last third as in the first;
 //! - after the kill, reopening replays only what was written since the last sync the child
 //!   reported, and takes at most a second, and the integrity check passes (every table
 //!   index agrees with its records, every embedded tree decodes, no page owned twice).
@@ -80,7 +82,8 @@ const SAMPLES_PER_SERIES: u64 = 600;
 
 const CSV_HEADER: &str = "t_ms,txn_id,synced_txn_id,commits,flushes,syncs,journal_files_on_disk,\
 journal_files_waiting,journal_files_ready,scratch_used_bytes,scratch_pinned_bytes,rss_bytes,\
-oldest_reader_age_ms,long_reader_open,data_file_bytes,write_latency_buckets";
+oldest_reader_age_ms,long_reader_open,data_file_bytes,journal_writes,journal_write_us,\
+write_latency_buckets";
 
 /// Buckets of the merged writes' latency histogram: bucket 0 counts writes under 1 µs,
 /// bucket `i` those from 2^(i-1) to 2^i µs, the last one everything from 2^22 µs (4.2 s) up.
@@ -89,6 +92,11 @@ const LATENCY_BUCKETS: usize = 24;
 const WINDOW_MS: u64 = 5_000;
 /// Flat throughput: every window's merged writes against the median window's.
 const WRITES_LOWEST_OF_MEDIAN: f64 = 0.25;
+/// Flat pace of the engine itself: every window's share of time spent writing the journal
+/// against the median window's. The merged writes follow the disk (a window's writes times
+/// its mean journal write stays near constant), so a slow disk lowers the writes, not this
+/// share; a stall or a slowdown in the engine lowers it.
+const JOURNAL_BUSY_LOWEST_OF_MEDIAN: f64 = 0.5;
 /// Flat latency: every window's p99 against the median window's (p99s are powers of two).
 const P99_HIGHEST_OF_MEDIAN: u64 = 4;
 /// No merged write waits longer than this (µs, a bucket bound: 2.1 s).
@@ -118,6 +126,10 @@ struct Sample {
     oldest_reader_age_ms: u64,
     long_reader_open: bool,
     data_file_bytes: u64,
+    /// Journal records written so far, and the time their writes took (µs, summed): the
+    /// disk's share of a commit, to tell a slow disk from a slow engine.
+    journal_writes: u64,
+    journal_write_us: u64,
     /// Merged writes acknowledged so far, by latency (see [`LATENCY_BUCKETS`]).
     write_latency_buckets: [u64; LATENCY_BUCKETS],
 }
@@ -125,7 +137,7 @@ struct Sample {
 impl Sample {
     fn to_csv(self) -> String {
         format!(
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             self.t_ms,
             self.txn_id,
             self.synced_txn_id,
@@ -141,6 +153,8 @@ impl Sample {
             self.oldest_reader_age_ms,
             u8::from(self.long_reader_open),
             self.data_file_bytes,
+            self.journal_writes,
+            self.journal_write_us,
             self.write_latency_buckets.map(|n| n.to_string()).join(";")
         )
     }
@@ -156,7 +170,7 @@ impl Sample {
             .split(',')
             .map(|f| f.trim().parse().ok())
             .collect::<Option<_>>()?;
-        (v.len() == 15).then(|| Sample {
+        (v.len() == 17).then(|| Sample {
             t_ms: v[0],
             txn_id: v[1],
             synced_txn_id: v[2],
@@ -172,9 +186,21 @@ impl Sample {
             oldest_reader_age_ms: v[12],
             long_reader_open: v[13] != 0,
             data_file_bytes: v[14],
+            journal_writes: v[15],
+            journal_write_us: v[16],
             write_latency_buckets,
         })
     }
+}
+
+/// Time spent in journal writes since open (µs), read off the Prometheus text: the sum of
+/// the `hrafn_journal_write_seconds` histogram.
+fn journal_write_us(env: &Environment) -> u64 {
+    env.metrics_text()
+        .lines()
+        .find_map(|l| l.strip_prefix("hrafn_journal_write_seconds_sum "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map_or(0, |s| (s * 1e6).round() as u64)
 }
 
 fn run_secs() -> u64 {
@@ -330,6 +356,8 @@ fn child_main(dir: &Path, run_for: Duration) {
                     long_reader_open: long_reader_open.load(Ordering::Relaxed),
                     data_file_bytes: std::fs::metadata(dir.join(hrafn::DATA_FILE))
                         .map_or(0, |m| m.len()),
+                    journal_writes: stats.journal_writes,
+                    journal_write_us: journal_write_us(&env),
                     write_latency_buckets: latency.snapshot(),
                 };
                 say(&format!("SAMPLE {}", sample.to_csv()));
@@ -555,6 +583,10 @@ struct Window {
     p99_us: u64,
     /// Upper bound of the highest bucket with a write in it, in µs.
     max_us: u64,
+    /// Mean time of the window's journal record writes, in µs.
+    journal_write_mean_us: u64,
+    /// Share of the window's time spent in journal writes, in thousandths.
+    journal_busy_permille: u64,
 }
 
 /// Splits the run into windows of [`WINDOW_MS`] (the last one, cut short by the end of
@@ -588,6 +620,10 @@ fn windows(samples: &[Sample]) -> Vec<Window> {
             writes,
             p99_us: bound_us(p99_bucket),
             max_us: bound_us(max_bucket),
+            journal_write_mean_us: (s.journal_write_us - start.journal_write_us)
+                / (s.journal_writes - start.journal_writes).max(1),
+            journal_busy_permille: (s.journal_write_us - start.journal_write_us)
+                / (s.t_ms - start.t_ms).max(1),
         });
         start = *s;
     }
@@ -611,6 +647,18 @@ fn flatness_failures(windows: &[Window]) -> Vec<String> {
     for (i, n) in windows_below_median(&writes, WRITES_LOWEST_OF_MEDIAN) {
         failures.push(format!(
             "writes fell to {n} in the window ending at {:.1} s; median window {median_writes}",
+            at_s(&windows[i])
+        ));
+    }
+    // The disk sets the pace: a window with fewer writes had slower journal writes (see
+    // `JOURNAL_BUSY_LOWEST_OF_MEDIAN`). Time the engine itself loses shows as a window
+    // whose journal sat idle more than the others'.
+    let busy: Vec<u64> = windows.iter().map(|w| w.journal_busy_permille).collect();
+    let median_busy = median(&busy);
+    for (i, n) in windows_below_median(&busy, JOURNAL_BUSY_LOWEST_OF_MEDIAN) {
+        failures.push(format!(
+            "the journal was busy {n}‰ of the window ending at {:.1} s; median window \
+             {median_busy}‰",
             at_s(&windows[i])
         ));
     }
@@ -653,6 +701,16 @@ fn flatness_failures(windows: &[Window]) -> Vec<String> {
              {p99_last} µs in the last"
         ));
     }
+    let (busy_first, busy_last) = (
+        median_of(first, |w| w.journal_busy_permille),
+        median_of(last, |w| w.journal_busy_permille),
+    );
+    if (busy_last as f64) < busy_first as f64 * JOURNAL_BUSY_LOWEST_OF_MEDIAN {
+        failures.push(format!(
+            "the engine slowed down: the journal was busy {busy_first}‰ of the median \
+             window in the first third, {busy_last}‰ in the last"
+        ));
+    }
     failures
 }
 
@@ -663,6 +721,8 @@ fn flatness_flags_a_drift_a_dip_and_a_stall() {
         writes,
         p99_us,
         max_us,
+        journal_write_mean_us: 100,
+        journal_busy_permille: 500,
     };
     let flat: Vec<Window> = (0..12)
         .map(|i| window(i, 30_000 + i % 3 * 5_000, 8192, 32_768))
@@ -688,6 +748,31 @@ fn flatness_flags_a_drift_a_dip_and_a_stall() {
     );
     assert!(
         failures.iter().any(|f| f.contains("past the bound")),
+        "{failures:?}"
+    );
+    // A slower disk: fewer writes, each journal write longer, the journal as busy as
+    // ever. Only the writes' floor speaks; the engine's own pace is not blamed.
+    let mut slow_disk = flat.clone();
+    slow_disk[4].writes = 12_000;
+    slow_disk[4].journal_write_mean_us = 250;
+    assert_eq!(flatness_failures(&slow_disk), Vec::<String>::new());
+    // The engine stalls 3 s of a window, and later spends ever longer between writes.
+    let mut stall = flat.clone();
+    stall[6].journal_busy_permille = 200;
+    let failures = flatness_failures(&stall);
+    assert!(
+        failures.iter().any(|f| f.contains("journal was busy 200")),
+        "{failures:?}"
+    );
+    let slowing: Vec<Window> = (0..12)
+        .map(|i| Window {
+            journal_busy_permille: 500 - i * 35,
+            ..flat[i as usize]
+        })
+        .collect();
+    let failures = flatness_failures(&slowing);
+    assert!(
+        failures.iter().any(|f| f.contains("engine slowed down")),
         "{failures:?}"
     );
     assert!(flatness_failures(&flat[..4]).len() == 1);
@@ -799,8 +884,9 @@ fn steady_state_under_default_options() {
          outside the long reader {} ms, journal files on disk peak {} (waiting peak {}), \
          scratch peak {:.1} MiB, pinned peak {:.1} MiB, RSS peak {:.1} MiB, data file \
          {:.1} MiB until the long reader ended and {:.1} MiB at the end; merged writes \
-         {:.0}/s in the lowest window of {} s, p99 at most {} µs and the slowest at most \
-         {} µs in any window",
+         {:.0}/s in the lowest window of {} s (journal writes there {} µs on average, {} µs \
+         in the median window), p99 at most {} µs and the slowest at most {} µs in any \
+         window, the journal busy {}‰ to {}‰ of each window",
         run_for.as_secs(),
         last.commits,
         last.commits as f64 / (last.t_ms as f64 / 1000.0),
@@ -816,8 +902,25 @@ fn steady_state_under_default_options() {
         data_file_end as f64 / (1 << 20) as f64,
         writes_per_s(lowest),
         WINDOW_MS / 1000,
+        lowest.journal_write_mean_us,
+        median(
+            &windows
+                .iter()
+                .map(|w| w.journal_write_mean_us)
+                .collect::<Vec<_>>()
+        ),
         windows.iter().map(|w| w.p99_us).max().unwrap_or(0),
         windows.iter().map(|w| w.max_us).max().unwrap_or(0),
+        windows
+            .iter()
+            .map(|w| w.journal_busy_permille)
+            .min()
+            .unwrap_or(0),
+        windows
+            .iter()
+            .map(|w| w.journal_busy_permille)
+            .max()
+            .unwrap_or(0),
     );
 
     // Reopen after the kill replays only what came after the last reported sync.
@@ -866,12 +969,19 @@ fn write_outputs(dir: &Path, samples: &[Sample]) {
 fn svg(samples: &[Sample]) -> String {
     let mib = |b: u64| b as f64 / (1 << 20) as f64;
     let mut throughput = Vec::new();
+    let mut journal_write = Vec::new();
     for w in samples.windows(2) {
         let dt = (w[1].t_ms - w[0].t_ms).max(1) as f64 / 1000.0;
         throughput.push((w[1].t_ms, (w[1].commits - w[0].commits) as f64 / dt));
+        let writes = (w[1].journal_writes - w[0].journal_writes).max(1);
+        journal_write.push((
+            w[1].t_ms,
+            (w[1].journal_write_us - w[0].journal_write_us) as f64 / writes as f64,
+        ));
     }
-    let series: [(&str, Vec<(u64, f64)>); 5] = [
+    let series: [(&str, Vec<(u64, f64)>); 6] = [
         ("commits/s", throughput),
+        ("journal write µs (mean)", journal_write),
         (
             "journal files on disk",
             samples
