@@ -71,7 +71,9 @@ pub struct Options {
     /// [`Options::scratch_limit_bytes`] in effect, so commits never fill scratch before a
     /// flush can make room).
     pub flush_threshold_bytes: u64,
-    /// A flush also runs when commits have been idle this long.
+    /// The flusher's tick: the sync rules (time, bytes) and the flush rules are checked
+    /// this often, whatever wakes the flusher between ticks; a flush also runs after a
+    /// tick with no commit since the last one.
     pub flush_interval_ms: u64,
     /// Longest time between data-file syncs (each sync lets journals be recycled).
     pub sync_interval_ms: u64,

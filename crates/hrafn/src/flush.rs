@@ -76,7 +76,7 @@ struct Wake {
     /// A flush was asked for (scratch past the threshold, a writer waiting for room).
     kicked: bool,
     /// The timer's tick is due (whether or not a request woke the thread too).
-    timed_out: bool,
+    tick_due: bool,
 }
 
 /// Wake-ups for the flusher thread.
@@ -121,13 +121,13 @@ impl Flusher {
         if !signal.kicked && !signal.shutdown && !signal.journals && !signal.retired {
             self.condvar.wait_until(&mut signal, tick);
         }
-        let timed_out = Instant::now() >= tick;
+        let tick_due = Instant::now() >= tick;
         signal.journals = false;
         signal.retired = false;
         Wake {
             stop: signal.shutdown,
             kicked: std::mem::take(&mut signal.kicked),
-            timed_out,
+            tick_due,
         }
     }
 }
@@ -195,13 +195,13 @@ fn run_flusher(inner: &EnvInner) {
     let mut tick = Instant::now() + interval;
     loop {
         let wake = inner.flusher.wait(tick);
-        if wake.timed_out {
+        if wake.tick_due {
             tick = Instant::now() + interval;
         }
         drop(std::mem::take(&mut *inner.retired.lock()));
         // Idle = no commit over a whole interval: judged on the timer's ticks
         // only, whatever woke the thread in between.
-        let idle = wake.timed_out && {
+        let idle = wake.tick_due && {
             let commits = inner.counters.commits.load(Ordering::Relaxed);
             std::mem::replace(&mut commits_seen, commits) == commits
         };
@@ -253,7 +253,7 @@ impl Plan {
     /// nothing between ticks that nobody asked for.
     fn decide(inner: &EnvInner, wake: &Wake, idle: bool) -> Plan {
         let journals_waiting = inner.journal_index.lock().active.len() > JOURNALS_PENDING_MAX;
-        if !wake.timed_out {
+        if !wake.tick_due {
             return Plan {
                 flush: wake.kicked || journals_waiting,
                 sync: journals_waiting,

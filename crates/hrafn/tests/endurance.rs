@@ -27,8 +27,9 @@
 //!   each window's p99 below a multiple of the median window's, no write waits past
 //!   [`WRITE_LATENCY_BOUND_US`], and the last third of the run is neither slower nor
 //!   slower-to-answer than the first; and since the disk sets the writes' pace, the share of
-//!   each window spent in journal writes stays above half the median window's (the engine
-//!   loses no time of its own), in the last third as in the first;
+//!   each window spent in journal writes stays above [`JOURNAL_BUSY_LOWEST_OF_MEDIAN`] of
+//!   the median window's (the engine loses no time of its own), in the last third as in
+//!   the first;
 //! - after the kill, reopening replays only what was written since the last sync the child
 //!   reported, and takes at most a second, and the integrity check passes (every table
 //!   index agrees with its records, every embedded tree decodes, no page owned twice).
@@ -93,10 +94,15 @@ const WINDOW_MS: u64 = 5_000;
 /// Flat throughput: every window's merged writes against the median window's.
 const WRITES_LOWEST_OF_MEDIAN: f64 = 0.25;
 /// Flat pace of the engine itself: every window's share of time spent writing the journal
-/// against the median window's. The merged writes follow the disk (a window's writes times
-/// its mean journal write stays near constant), so a slow disk lowers the writes, not this
-/// share; a stall or a slowdown in the engine lowers it.
-const JOURNAL_BUSY_LOWEST_OF_MEDIAN: f64 = 0.5;
+/// against the median window's. Every commit is one journal write, and on this load the
+/// share stays near constant while the disk's pace moves: a slow disk lowers the writes,
+/// not this share, while a stall in the engine lowers it. So does CPU taken by
+/// other processes (two spinning ones brought it from about 0.53 to about 0.27), hence a
+/// floor well below that.
+const JOURNAL_BUSY_LOWEST_OF_MEDIAN: f64 = 0.3;
+/// Below this median share (thousandths) the journal does not set the pace, and its
+/// share says nothing about the engine's.
+const JOURNAL_BUSY_MEANINGFUL_PERMILLE: u64 = 100;
 /// Flat latency: every window's p99 against the median window's (p99s are powers of two).
 const P99_HIGHEST_OF_MEDIAN: u64 = 4;
 /// No merged write waits longer than this (µs, a bucket bound: 2.1 s).
@@ -193,14 +199,20 @@ impl Sample {
     }
 }
 
-/// Time spent in journal writes since open (µs), read off the Prometheus text: the sum of
-/// the `hrafn_journal_write_seconds` histogram.
-fn journal_write_us(env: &Environment) -> u64 {
-    env.metrics_text()
-        .lines()
-        .find_map(|l| l.strip_prefix("hrafn_journal_write_seconds_sum "))
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .map_or(0, |s| (s * 1e6).round() as u64)
+/// Journal writes since open and the time they took (µs), read off the Prometheus text in
+/// one snapshot: the count and sum of the `hrafn_journal_write_seconds` histogram.
+fn journal_writes_and_us(env: &Environment) -> (u64, u64) {
+    let text = env.metrics_text();
+    let value = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or_else(|| child_fail(&format!("no {name} in the metrics")))
+    };
+    (
+        value("hrafn_journal_write_seconds_count") as u64,
+        (value("hrafn_journal_write_seconds_sum") * 1e6).round() as u64,
+    )
 }
 
 fn run_secs() -> u64 {
@@ -339,6 +351,7 @@ fn child_main(dir: &Path, run_for: Duration) {
             loop {
                 std::thread::sleep(SAMPLE_EVERY);
                 let stats = env.stats();
+                let (journal_writes, journal_write_us) = journal_writes_and_us(&env);
                 let sample = Sample {
                     t_ms: started.elapsed().as_millis() as u64,
                     txn_id: stats.txn_id,
@@ -356,8 +369,8 @@ fn child_main(dir: &Path, run_for: Duration) {
                     long_reader_open: long_reader_open.load(Ordering::Relaxed),
                     data_file_bytes: std::fs::metadata(dir.join(hrafn::DATA_FILE))
                         .map_or(0, |m| m.len()),
-                    journal_writes: stats.journal_writes,
-                    journal_write_us: journal_write_us(&env),
+                    journal_writes,
+                    journal_write_us,
                     write_latency_buckets: latency.snapshot(),
                 };
                 say(&format!("SAMPLE {}", sample.to_csv()));
@@ -655,7 +668,11 @@ fn flatness_failures(windows: &[Window]) -> Vec<String> {
     // whose journal sat idle more than the others'.
     let busy: Vec<u64> = windows.iter().map(|w| w.journal_busy_permille).collect();
     let median_busy = median(&busy);
-    for (i, n) in windows_below_median(&busy, JOURNAL_BUSY_LOWEST_OF_MEDIAN) {
+    let busy_speaks = median_busy >= JOURNAL_BUSY_MEANINGFUL_PERMILLE;
+    for (i, n) in windows_below_median(&busy, JOURNAL_BUSY_LOWEST_OF_MEDIAN)
+        .into_iter()
+        .filter(|_| busy_speaks)
+    {
         failures.push(format!(
             "the journal was busy {n}‰ of the window ending at {:.1} s; median window \
              {median_busy}‰",
@@ -705,7 +722,7 @@ fn flatness_failures(windows: &[Window]) -> Vec<String> {
         median_of(first, |w| w.journal_busy_permille),
         median_of(last, |w| w.journal_busy_permille),
     );
-    if (busy_last as f64) < busy_first as f64 * JOURNAL_BUSY_LOWEST_OF_MEDIAN {
+    if busy_speaks && (busy_last as f64) < busy_first as f64 * JOURNAL_BUSY_LOWEST_OF_MEDIAN {
         failures.push(format!(
             "the engine slowed down: the journal was busy {busy_first}‰ of the median \
              window in the first third, {busy_last}‰ in the last"
@@ -750,24 +767,37 @@ fn flatness_flags_a_drift_a_dip_and_a_stall() {
         failures.iter().any(|f| f.contains("past the bound")),
         "{failures:?}"
     );
-    // A slower disk: fewer writes, each journal write longer, the journal as busy as
-    // ever. Only the writes' floor speaks; the engine's own pace is not blamed.
+    // A much slower disk: fewer writes, each journal write longer, the journal as busy as
+    // ever. The writes' floor fails; the engine's own pace is not blamed.
     let mut slow_disk = flat.clone();
-    slow_disk[4].writes = 12_000;
-    slow_disk[4].journal_write_mean_us = 250;
-    assert_eq!(flatness_failures(&slow_disk), Vec::<String>::new());
-    // The engine stalls 3 s of a window, and later spends ever longer between writes.
-    let mut stall = flat.clone();
-    stall[6].journal_busy_permille = 200;
-    let failures = flatness_failures(&stall);
+    slow_disk[4].writes = 8_000;
+    slow_disk[4].journal_write_mean_us = 400;
+    let failures = flatness_failures(&slow_disk);
     assert!(
-        failures.iter().any(|f| f.contains("journal was busy 200")),
+        failures.len() == 1 && failures[0].contains("writes fell"),
         "{failures:?}"
     );
+    // The engine stalls 3 s of a window, and later spends ever longer between writes.
+    let mut stall = flat.clone();
+    stall[6].journal_busy_permille = 100;
+    let failures = flatness_failures(&stall);
+    assert!(
+        failures.iter().any(|f| f.contains("journal was busy 100")),
+        "{failures:?}"
+    );
+    // A journal idle most of the time is not the pace-setter: its share is not judged.
+    let cpu_bound: Vec<Window> = stall
+        .iter()
+        .map(|w| Window {
+            journal_busy_permille: w.journal_busy_permille / 10,
+            ..*w
+        })
+        .collect();
+    assert_eq!(flatness_failures(&cpu_bound), Vec::<String>::new());
     let slowing: Vec<Window> = (0..12)
         .map(|i| Window {
-            journal_busy_permille: 500 - i * 35,
-            ..flat[i as usize]
+            journal_busy_permille: [500, 400, 120][i / 4],
+            ..flat[i]
         })
         .collect();
     let failures = flatness_failures(&slowing);
