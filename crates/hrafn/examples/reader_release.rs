@@ -6,7 +6,8 @@
 //! transactions of 50 random keys over 100,000 keys (with default options otherwise) from
 //! one thread, holds a reader open for a while, and prints the slowest commit before the
 //! reader, while it is open, and in the seconds after it ends, with the flush pass's
-//! pages examined.
+//! pages examined, and the process's resident memory when the reader began and ended
+//! (the flusher's log of commits must not grow with them).
 //!
 //! Run it with (`HRAFN_PIN_SECS` sets how long the reader stays open, default 2 s):
 //!
@@ -55,9 +56,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (before, commits) = commit_for(&env, 2.0, &mut state)?;
     println!("before the reader: {commits} commits, slowest {before:?}");
     let examined_before = env.stats().flush_pages_examined;
+    let rss_before = hrafn::steady::rss_bytes();
     let reader = env.begin_read()?;
     let (pinned, commits) = commit_for(&env, pin_secs, &mut state)?;
-    println!("reader open {pin_secs} s: {commits} commits, slowest {pinned:?}");
+    let mib = |bytes: u64| bytes as f64 / (1 << 20) as f64;
+    println!(
+        "reader open {pin_secs} s: {commits} commits, slowest {pinned:?}; resident memory \
+         {:.1} MiB when it began, {:.1} MiB when it ended",
+        mib(rss_before),
+        mib(hrafn::steady::rss_bytes())
+    );
     drop(reader);
     let (after, commits) = commit_for(&env, 2.0, &mut state)?;
     let examined = env.stats().flush_pages_examined - examined_before;

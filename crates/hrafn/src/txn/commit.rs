@@ -169,7 +169,10 @@ impl Prepared<'_> {
                 .iter()
                 .flat_map(|(first, buf)| *first..*first + buf.page_count() as u64)
                 .collect();
-            env.flush_log.record(self.txn_id, written);
+            if env.flush_log.record(self.txn_id, written) {
+                // A reader pins the flusher's bound; a pass keeps the log small meanwhile.
+                env.flusher.kick();
+            }
             let flushed_meanwhile = publish(
                 &env.state,
                 self.txn_id,
