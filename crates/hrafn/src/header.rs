@@ -33,10 +33,11 @@ use crate::storage::{FileKind, Storage, read_exact_at, write_all_at};
 /// Header magic.
 pub const HEADER_MAGIC: [u8; 8] = *b"HRAFNHDR";
 /// On-disk format version; bump together with `docs/format.md`.
-pub const FORMAT_VERSION: u32 = 5;
-/// Oldest format this build opens: versions 2 to 4 differ only by what later versions added
-/// (fixed-size trees; nested and multi-value trees, tables; the backup fields, zero before),
-/// so they are read as they are and become the current version at their next header write.
+pub const FORMAT_VERSION: u32 = 6;
+/// Oldest format this build opens: versions 2 to 5 differ only by what later versions added
+/// (fixed-size trees; nested and multi-value trees, tables; the backup fields, zero before;
+/// slotted fixed-size leaves), so they are read as they are and become the current version
+/// at their next header write.
 pub const FORMAT_VERSION_OLDEST: u32 = 2;
 /// Bytes of the header that carry data.
 pub const HEADER_SIZE_BYTES: usize = 128;

@@ -87,7 +87,7 @@ impl PageCounts {
             PageKind::Leaf => &mut self.leaf,
             PageKind::Overflow => &mut self.overflow,
             PageKind::FixedBranch => &mut self.fixed_branch,
-            PageKind::FixedLeaf => &mut self.fixed_leaf,
+            PageKind::FixedLeaf | PageKind::FixedLeafSlotted => &mut self.fixed_leaf,
             PageKind::Records => &mut self.records,
             PageKind::Free | PageKind::Meta | PageKind::Bitmap | PageKind::FreeDirectory => {
                 return Err(corrupt(at, format!("a {kind:?} page inside a tree")));
@@ -480,6 +480,7 @@ fn used_bytes(kind: PageKind, page: &[u8], page_number: u64) -> Result<u64> {
         }
         PageKind::Overflow => header + get_u64(page, OFFSET_AUX),
         PageKind::FixedLeaf => header + count * (8 + get_u64(page, OFFSET_AUX)),
+        PageKind::FixedLeafSlotted => header + count * (8 + 2 + get_u64(page, OFFSET_AUX)),
         PageKind::FixedBranch => header + 8 + count * 16,
         PageKind::Records => {
             crate::table::RECORDS_OFFSET as u64 + crate::table::write::live_bytes(page) as u64

@@ -8,6 +8,8 @@
 //! the journal or files.
 
 pub mod cursor;
+#[cfg(test)]
+pub(crate) mod mem_store;
 pub mod node;
 pub mod write;
 

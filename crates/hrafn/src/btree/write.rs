@@ -896,51 +896,9 @@ fn rebalance<S: PageStore>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::btree::{PageSource, get};
-    use crate::page::init;
-    use std::collections::{BTreeMap, HashMap};
-
-    /// An in-memory page store for tree tests.
-    #[derive(Default)]
-    struct MemStore {
-        pages: HashMap<u64, Vec<u8>>,
-        next: u64,
-        freed: Vec<(u64, u64)>,
-    }
-
-    impl PageStore for MemStore {
-        fn page(&self, page_number: u64) -> Result<&[u8]> {
-            self.pages
-                .get(&page_number)
-                .map(|p| p.as_slice())
-                .ok_or_else(|| corrupt(page_number, "missing"))
-        }
-        fn page_mut(&mut self, page_number: u64) -> Result<&mut [u8]> {
-            self.pages
-                .get_mut(&page_number)
-                .map(|p| p.as_mut_slice())
-                .ok_or_else(|| corrupt(page_number, "missing"))
-        }
-        fn allocate(&mut self, page_count: u64, kind: PageKind) -> Result<u64> {
-            self.next += 1;
-            let first = self.next;
-            self.next += page_count;
-            let mut run = vec![0u8; page_count as usize * PAGE_SIZE_BYTES];
-            init(&mut run, first, kind);
-            self.pages.insert(first, run);
-            Ok(first)
-        }
-        fn free(&mut self, page_number: u64, page_count: u64) {
-            self.freed.push((page_number, page_count));
-            self.pages.remove(&page_number);
-        }
-    }
-
-    impl<'a> PageSource<'a> for &'a MemStore {
-        fn page(self, page_number: u64) -> Result<&'a [u8]> {
-            PageStore::page(self, page_number)
-        }
-    }
+    use crate::btree::get;
+    use crate::btree::mem_store::MemStore;
+    use std::collections::BTreeMap;
 
     fn key(i: u64) -> Vec<u8> {
         format!("{:016}", i).into_bytes()

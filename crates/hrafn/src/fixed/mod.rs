@@ -1,18 +1,26 @@
 //! Fixed-size trees: `u64` keys in numeric order, every value the same size (0 to
 //! [`FIXED_VALUE_SIZE_MAX_BYTES`]) chosen when the tree is made.
 //!
-//! Entries are packed without slots or lengths, so a leaf of 16-byte values holds 339
-//! entries where a B+tree leaf holds about 200 of the same keys, and a lookup is a binary
-//! search over an array. Pages (little-endian, after the 32-byte page header):
-//! - leaf (kind 7): `count` entries of `key u64, value [value_size]`, keys ascending; the
-//!   header's aux field holds the value size;
+//! Entries have no lengths, so a leaf of 16-byte values holds 339 entries (313 slotted)
+//! where a B+tree leaf holds about 200 of the same keys, and a lookup is a binary search
+//! over an array. Pages (little-endian, after the 32-byte page header):
+//! - packed leaf (kind 7): `count` entries of `key u64, value [value_size]`, keys
+//!   ascending; the header's aux field holds the value size;
+//! - slotted leaf (kind 10): the same entries in any order, and below the page's end a
+//!   slot array of `count` u16 entry numbers in key order (slot `i` at `page size - 2(i+1)`);
 //! - branch (kind 8): `child0 u64`, then `count` pairs `key u64, child u64`; keys ascending,
 //!   child `i` holds the keys in `[key i, key i+1)` (child 0: below key 0).
 //!
+//! Why two leaf layouts: an insert into a packed leaf shifts every entry after it, so
+//! half the leaf changes and the page's journal diff is kilobytes; in a slotted leaf it
+//! moves 2-byte slots. Increasing keys shift nothing, so appends keep a leaf packed and
+//! full (the append path of time series); the first insert before a leaf's end makes it
+//! slotted, which only writes the slot array. Splits write packed halves.
+//!
 //! Inserts split full nodes (an insert past a leaf's last key splits it at that key, so
-//! increasing keys fill leaves completely: the append path of time series). Removes free a
-//! node that becomes empty and take it out of its parent; a root branch with one child
-//! gives way to that child. Nodes are not merged otherwise, so every leaf stays at one depth.
+//! increasing keys fill leaves completely). Removes free a node that becomes empty and take
+//! it out of its parent; a root branch with one child gives way to that child. Nodes are
+//! not merged otherwise, so every leaf stays at one depth.
 
 pub mod embedded;
 pub(crate) mod write;
@@ -22,7 +30,9 @@ pub use embedded::Embedded;
 use crate::btree::{DEPTH_MAX, PageSource};
 use crate::error::Result;
 use crate::limits::{PAGE_HEADER_SIZE_BYTES, PAGE_SIZE_BYTES};
-use crate::page::{OFFSET_AUX, OFFSET_ENTRY_COUNT, PageKind, corrupt, get_u16, get_u64};
+use crate::page::{
+    OFFSET_AUX, OFFSET_ENTRY_COUNT, OFFSET_KIND, PageKind, corrupt, get_u16, get_u64,
+};
 use std::ops::{Bound, RangeBounds};
 
 /// Largest value of a fixed-size tree (four entries still fit in a leaf).
@@ -32,9 +42,36 @@ const BODY_BYTES: usize = PAGE_SIZE_BYTES - PAGE_HEADER_SIZE_BYTES;
 /// Separators a branch holds.
 pub(crate) const BRANCH_CAPACITY: usize = (BODY_BYTES - 8) / 16;
 
-/// Entries a leaf of `value_size`-byte values holds.
+/// Entries a packed leaf of `value_size`-byte values holds.
 pub(crate) fn leaf_capacity(value_size: usize) -> usize {
     BODY_BYTES / (8 + value_size)
+}
+
+/// Entries a slotted leaf of `value_size`-byte values holds (each also takes a 2-byte slot).
+pub(crate) fn slotted_capacity(value_size: usize) -> usize {
+    BODY_BYTES / (8 + 2 + value_size)
+}
+
+/// Whether a leaf is slotted (kind 10) rather than packed (kind 7).
+#[inline(always)]
+pub(crate) fn is_slotted(page: &[u8]) -> bool {
+    page[OFFSET_KIND] == PageKind::FixedLeafSlotted as u8
+}
+
+/// Entries the leaf `page` holds at most, by its layout.
+#[inline]
+pub(crate) fn capacity_of(page: &[u8], value_size: usize) -> usize {
+    if is_slotted(page) {
+        slotted_capacity(value_size)
+    } else {
+        leaf_capacity(value_size)
+    }
+}
+
+/// Offset of slot `i` (the entry number of the `i`th key) in a slotted leaf.
+#[inline(always)]
+pub(crate) fn slot_at(i: usize) -> usize {
+    PAGE_SIZE_BYTES - 2 * (i + 1)
 }
 
 const _: () = assert!(BODY_BYTES / (8 + FIXED_VALUE_SIZE_MAX_BYTES) >= 4);
@@ -53,11 +90,11 @@ pub(crate) fn validate(page: &[u8], page_number: u64, value_size: usize) -> Resu
     let kind = crate::page::kind(page, page_number)?;
     let n = count(page);
     match kind {
-        PageKind::FixedLeaf => {
+        PageKind::FixedLeaf | PageKind::FixedLeafSlotted => {
             if get_u64(page, OFFSET_AUX) != value_size as u64 {
                 return Err(corrupt(page_number, "leaf of another value size"));
             }
-            if n > leaf_capacity(value_size) {
+            if n > capacity_of(page, value_size) {
                 return Err(corrupt(page_number, "leaf count beyond capacity"));
             }
             Ok(true)
@@ -72,22 +109,48 @@ pub(crate) fn validate(page: &[u8], page_number: u64, value_size: usize) -> Resu
     }
 }
 
-#[inline]
-fn leaf_at(i: usize, value_size: usize) -> usize {
-    PAGE_HEADER_SIZE_BYTES + i * (8 + value_size)
+/// Offset of entry number `e` (its place in the page, not in key order).
+#[inline(always)]
+pub(crate) fn entry_at(e: usize, value_size: usize) -> usize {
+    PAGE_HEADER_SIZE_BYTES + e * (8 + value_size)
+}
+
+/// Offset of the entry with the `i`th key of a leaf (`i` below its count).
+#[inline(always)]
+pub(crate) fn leaf_at(page: &[u8], i: usize, value_size: usize) -> usize {
+    if is_slotted(page) {
+        let e = usize::from(get_u16(page, slot_at(i)));
+        // A damaged slot reads inside the page, not past it; the integrity check names it.
+        entry_at(e, value_size).min(PAGE_SIZE_BYTES - 8 - value_size)
+    } else {
+        entry_at(i, value_size)
+    }
 }
 
 /// Key `i` of a leaf.
 #[inline]
 pub(crate) fn leaf_key(page: &[u8], i: usize, value_size: usize) -> u64 {
-    get_u64(page, leaf_at(i, value_size))
+    get_u64(page, leaf_at(page, i, value_size))
 }
 
 /// Value `i` of a leaf.
 #[inline]
 pub(crate) fn leaf_value(page: &[u8], i: usize, value_size: usize) -> &[u8] {
-    let at = leaf_at(i, value_size) + 8;
+    let at = leaf_at(page, i, value_size) + 8;
     &page[at..at + value_size]
+}
+
+/// The first `n` entries of a leaf in key order, packed back to back.
+pub(crate) fn leaf_entries(page: &[u8], n: usize, value_size: usize) -> Vec<u8> {
+    if !is_slotted(page) {
+        return page[entry_at(0, value_size)..entry_at(n, value_size)].to_vec();
+    }
+    let mut out = Vec::with_capacity(n * (8 + value_size));
+    for i in 0..n {
+        let at = leaf_at(page, i, value_size);
+        out.extend_from_slice(&page[at..at + 8 + value_size]);
+    }
+    out
 }
 
 /// Separator `i` of a branch.
@@ -117,8 +180,8 @@ pub(crate) fn leaf_search(
         let mid = (lo + hi) / 2;
         // As the B+tree's search: the next probe's miss overlaps this one's.
         if let Some((below, above)) = crate::page::next_probes(lo, mid, hi) {
-            crate::page::prefetch_at(page, leaf_at(below, value_size));
-            crate::page::prefetch_at(page, leaf_at(above, value_size));
+            crate::page::prefetch_at(page, leaf_at(page, below, value_size));
+            crate::page::prefetch_at(page, leaf_at(page, above, value_size));
         }
         match leaf_key(page, mid, value_size).cmp(&key) {
             std::cmp::Ordering::Less => lo = mid + 1,

@@ -2,13 +2,16 @@
 //! with empty nodes taken out, drop.
 
 use super::{
-    BRANCH_CAPACITY, branch_child, branch_key, branch_search, count, leaf_at, leaf_capacity,
-    leaf_key, leaf_search, validate,
+    BRANCH_CAPACITY, branch_child, branch_key, branch_search, capacity_of, count, entry_at,
+    is_slotted, leaf_at, leaf_capacity, leaf_entries, leaf_key, leaf_search, slot_at,
+    slotted_capacity, validate,
 };
 use crate::btree::{DEPTH_MAX, PageStore, TreeHeader, TreeKind};
 use crate::error::Result;
-use crate::limits::PAGE_HEADER_SIZE_BYTES;
-use crate::page::{OFFSET_AUX, OFFSET_ENTRY_COUNT, PageKind, corrupt, put_u16, put_u64};
+use crate::limits::{PAGE_HEADER_SIZE_BYTES, PAGE_SIZE_BYTES};
+use crate::page::{
+    OFFSET_AUX, OFFSET_ENTRY_COUNT, OFFSET_KIND, PageKind, corrupt, get_u16, put_u16, put_u64,
+};
 
 fn value_size_of(tree: &TreeHeader) -> usize {
     tree.kind
@@ -102,7 +105,7 @@ pub fn insert_hinted<S: PageStore>(
     if let Some(h) = hint.take() {
         let page = store.page(h.leaf)?;
         let n = count(page);
-        if n > 0 && n < leaf_capacity(value_size) && key > leaf_key(page, n - 1, value_size) {
+        if n > 0 && n < capacity_of(page, value_size) && key > leaf_key(page, n - 1, value_size) {
             put_entry(store.page_mut(h.leaf)?, n, n, key, value);
             tree.entry_count += 1;
             *hint = Some(h);
@@ -114,32 +117,37 @@ pub fn insert_hinted<S: PageStore>(
     // sequential copy of a cold leaf costs less than the search's misses on it.
     let page: &[u8] = store.page_mut(leaf)?;
     let n = count(page);
+    let slotted = is_slotted(page);
     match leaf_search(page, key, value_size) {
         Ok(i) => {
-            let at = leaf_at(i, value_size) + 8;
+            let at = leaf_at(page, i, value_size) + 8;
             store.page_mut(leaf)?[at..at + value_size].copy_from_slice(value);
             return Ok(true);
         }
-        Err(i) if n < leaf_capacity(value_size) => {
+        // Room: a slotted leaf below its capacity, a packed one at its end, or a packed one
+        // that can take a slot array.
+        Err(i)
+            if n < slotted_capacity(value_size)
+                || (!slotted && i == n && n < leaf_capacity(value_size)) =>
+        {
             put_entry(store.page_mut(leaf)?, n, i, key, value);
             if i == n && is_rightmost(store, &path)? {
                 *hint = Some(AppendHint { leaf });
             }
         }
         Err(i) => {
-            // Full: split. An insert past the last key keeps the left leaf full (sequential
-            // keys fill leaves completely); otherwise half and half.
+            // Full: split into packed halves. An insert past the last key keeps the left
+            // leaf full (sequential keys fill leaves completely); otherwise half and half.
             let split = if i == n { n } else { n / 2 };
+            let entries = leaf_entries(store.page(leaf)?, n, value_size);
             let right = new_leaf(store, value_size)?;
-            let moved =
-                store.page(leaf)?[leaf_at(split, value_size)..leaf_at(n, value_size)].to_vec();
-            {
-                let page = store.page_mut(right)?;
-                page[PAGE_HEADER_SIZE_BYTES..PAGE_HEADER_SIZE_BYTES + moved.len()]
-                    .copy_from_slice(&moved);
-                set_count(page, n - split);
+            let at_split = split * (8 + value_size);
+            write_packed(store.page_mut(right)?, &entries[at_split..], n - split);
+            if slotted {
+                write_packed(store.page_mut(leaf)?, &entries[..at_split], split);
+            } else {
+                set_count(store.page_mut(leaf)?, split); // its first entries stay in place
             }
-            set_count(store.page_mut(leaf)?, split);
             let (target, at_index) = if i >= split {
                 (right, i - split)
             } else {
@@ -165,14 +173,49 @@ fn is_rightmost<S: PageStore>(store: &S, path: &[(u64, usize)]) -> Result<bool> 
     Ok(true)
 }
 
-/// Puts `(key, value)` at entry `i` of a leaf of `n` entries that has room.
+/// Puts `(key, value)` as the `i`th key of a leaf of `n` entries that has room for it: a
+/// packed leaf takes it in place at its end; otherwise the leaf is or becomes slotted.
 fn put_entry(page: &mut [u8], n: usize, i: usize, key: u64, value: &[u8]) {
     let value_size = value.len();
-    let at = leaf_at(i, value_size);
-    page.copy_within(at..leaf_at(n, value_size), at + 8 + value_size);
-    put_u64(page, at, key);
-    page[at + 8..at + 8 + value_size].copy_from_slice(value);
+    if !is_slotted(page) {
+        if i == n {
+            debug_assert!(n < leaf_capacity(value_size));
+            write_entry(page, n, key, value);
+            set_count(page, n + 1);
+            return;
+        }
+        make_slotted(page, n);
+    }
+    debug_assert!(n < slotted_capacity(value_size));
+    // Entries fill numbers 0..n in any order: the new one takes number n. Slots i..n move
+    // down by one slot to free slot i.
+    write_entry(page, n, key, value);
+    page.copy_within(PAGE_SIZE_BYTES - 2 * n..PAGE_SIZE_BYTES - 2 * i, slot_at(n));
+    put_u16(page, slot_at(i), n as u16);
     set_count(page, n + 1);
+}
+
+/// Writes `(key, value)` as entry number `e`.
+fn write_entry(page: &mut [u8], e: usize, key: u64, value: &[u8]) {
+    let at = entry_at(e, value.len());
+    put_u64(page, at, key);
+    page[at + 8..at + 8 + value.len()].copy_from_slice(value);
+}
+
+/// Turns a packed leaf of `n` entries into a slotted one: entry `i` keeps its place and
+/// slot `i` names it, so only the slot array is written.
+fn make_slotted(page: &mut [u8], n: usize) {
+    for i in 0..n {
+        put_u16(page, slot_at(i), i as u16);
+    }
+    page[OFFSET_KIND] = PageKind::FixedLeafSlotted as u8;
+}
+
+/// Makes `page` a packed leaf of the `n` entries `entries` holds in key order.
+fn write_packed(page: &mut [u8], entries: &[u8], n: usize) {
+    page[OFFSET_KIND] = PageKind::FixedLeaf as u8;
+    page[PAGE_HEADER_SIZE_BYTES..PAGE_HEADER_SIZE_BYTES + entries.len()].copy_from_slice(entries);
+    set_count(page, n);
 }
 
 /// Inserts `(separator, right)` after the child taken at the end of `path`, splitting
@@ -243,8 +286,12 @@ pub fn remove<S: PageStore>(store: &mut S, tree: &mut TreeHeader, key: u64) -> R
         return Ok(false);
     };
     let page = store.page_mut(leaf)?;
-    let at = leaf_at(i, value_size);
-    page.copy_within(at + entry_size..leaf_at(n, value_size), at);
+    if is_slotted(page) {
+        remove_slotted(page, leaf, n, i, entry_size)?;
+    } else {
+        let at = entry_at(i, value_size);
+        page.copy_within(at + entry_size..entry_at(n, value_size), at);
+    }
     set_count(page, n - 1);
     tree.entry_count -= 1;
     // An emptied node leaves its parent (which may empty in turn); the root stays.
@@ -290,6 +337,44 @@ pub fn remove<S: PageStore>(store: &mut S, tree: &mut TreeHeader, key: u64) -> R
     Ok(true)
 }
 
+/// Takes the `i`th key out of slotted leaf `page` of `n` entries (the caller sets the
+/// count): its slot goes, and the last entry number moves into the freed one so numbers
+/// stay 0..n-1. A damaged slot array is an error before anything is written.
+fn remove_slotted(
+    page: &mut [u8],
+    page_number: u64,
+    n: usize,
+    i: usize,
+    entry_size: usize,
+) -> Result<()> {
+    let freed = usize::from(get_u16(page, slot_at(i)));
+    let last = n - 1;
+    // The slot naming the last entry number, where it will be once slot i is gone.
+    let renamed = if freed == last {
+        None
+    } else {
+        let Some(j) = (0..n).find(|&j| j != i && usize::from(get_u16(page, slot_at(j))) == last)
+        else {
+            return Err(corrupt(page_number, "no slot names the last entry"));
+        };
+        Some(if j > i { j - 1 } else { j })
+    };
+    if freed > last {
+        return Err(corrupt(page_number, "slot names no entry"));
+    }
+    // Slots i+1..n move up by one slot over slot i.
+    page.copy_within(slot_at(last)..slot_at(i), slot_at(last) + 2);
+    if let Some(j) = renamed {
+        let from = PAGE_HEADER_SIZE_BYTES + last * entry_size;
+        page.copy_within(
+            from..from + entry_size,
+            PAGE_HEADER_SIZE_BYTES + freed * entry_size,
+        );
+        put_u16(page, slot_at(j), freed as u16);
+    }
+    Ok(())
+}
+
 /// Frees every page of the tree.
 ///
 /// # Errors
@@ -313,4 +398,201 @@ pub fn drop_tree<S: PageStore>(store: &mut S, tree: &TreeHeader) -> Result<()> {
         store.free(page_number, 1);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::btree::mem_store::MemStore;
+    use crate::fixed::{FixedRange, get};
+    use crate::storage::sim::mix;
+    use std::collections::BTreeMap;
+
+    const VALUE_SIZE: usize = 16;
+
+    fn value(key: u64) -> [u8; VALUE_SIZE] {
+        let mut v = [0u8; VALUE_SIZE];
+        v[..8].copy_from_slice(&key.to_le_bytes());
+        v[8..].copy_from_slice(&key.rotate_left(17).to_le_bytes());
+        v
+    }
+
+    /// Every entry in order, every lookup, and each slotted leaf's slots naming each entry
+    /// number once.
+    fn assert_matches(store: &MemStore, tree: &TreeHeader, model: &BTreeMap<u64, [u8; 16]>) {
+        let all: Vec<(u64, Vec<u8>)> = FixedRange::new(store, tree.root_page, VALUE_SIZE, ..)
+            .expect("range")
+            .map(|e| e.map(|(k, v)| (k, v.to_vec())))
+            .collect::<Result<_>>()
+            .expect("entries");
+        let expected: Vec<(u64, Vec<u8>)> = model.iter().map(|(k, v)| (*k, v.to_vec())).collect();
+        assert_eq!(all, expected);
+        assert_eq!(tree.entry_count, model.len() as u64);
+        for (k, v) in model {
+            assert_eq!(
+                get(store, tree.root_page, VALUE_SIZE, *k).expect("get"),
+                Some(&v[..])
+            );
+        }
+        for page in store.pages.values() {
+            if is_slotted(page) {
+                let n = count(page);
+                let mut named: Vec<u16> = (0..n).map(|i| get_u16(page, slot_at(i))).collect();
+                named.sort_unstable();
+                assert!(named.iter().copied().eq(0..n as u16), "slots {named:?}");
+            }
+        }
+    }
+
+    fn leaf_kinds(store: &MemStore) -> (usize, usize) {
+        let kind = |k: PageKind| {
+            store
+                .pages
+                .values()
+                .filter(|p| p[OFFSET_KIND] == k as u8)
+                .count()
+        };
+        (kind(PageKind::FixedLeaf), kind(PageKind::FixedLeafSlotted))
+    }
+
+    #[test]
+    fn increasing_keys_keep_leaves_packed_and_full_until_keys_come_between() {
+        let mut store = MemStore::default();
+        let mut tree = create(&mut store, VALUE_SIZE as u16).expect("create");
+        let mut hint = None;
+        let mut model = BTreeMap::new();
+        let n = 10 * leaf_capacity(VALUE_SIZE) as u64;
+        for k in 0..n {
+            insert_hinted(&mut store, &mut tree, k * 3, &value(k * 3), &mut hint).expect("insert");
+            model.insert(k * 3, value(k * 3));
+        }
+        assert_eq!(leaf_kinds(&store), (10, 0));
+        assert_matches(&store, &tree, &model);
+        // Keys between them: each full packed leaf splits in two (as leaves of format 5
+        // files do), and both halves take keys before their end and become slotted.
+        for k in (0..n).step_by(7) {
+            insert(&mut store, &mut tree, k * 3 + 1, &value(k)).expect("insert");
+            model.insert(k * 3 + 1, value(k));
+        }
+        assert_eq!(leaf_kinds(&store), (0, 20));
+        assert_matches(&store, &tree, &model);
+    }
+
+    #[test]
+    fn random_inserts_and_removes_keep_order_through_both_layouts() {
+        let mut store = MemStore::default();
+        let mut tree = create(&mut store, VALUE_SIZE as u16).expect("create");
+        let mut model = BTreeMap::new();
+        for i in 0..20_000u64 {
+            let k = mix(i) % 50_000;
+            if mix(i ^ 0xABCD).is_multiple_of(4) {
+                assert_eq!(
+                    remove(&mut store, &mut tree, k).expect("remove"),
+                    model.remove(&k).is_some()
+                );
+            } else {
+                assert_eq!(
+                    insert(&mut store, &mut tree, k, &value(k ^ i)).expect("insert"),
+                    model.insert(k, value(k ^ i)).is_some()
+                );
+            }
+            if i.is_multiple_of(2_500) {
+                assert_matches(&store, &tree, &model);
+            }
+        }
+        let (packed, slotted) = leaf_kinds(&store);
+        assert!(
+            slotted > packed,
+            "{packed} packed, {slotted} slotted leaves"
+        );
+        assert_matches(&store, &tree, &model);
+        for k in model.keys().copied().collect::<Vec<_>>() {
+            assert!(remove(&mut store, &mut tree, k).expect("remove"));
+            model.remove(&k);
+        }
+        assert_matches(&store, &tree, &model);
+        assert_eq!(store.pages.len(), 1, "one empty root leaf");
+    }
+
+    /// Bytes that differ between two versions of a page.
+    fn changed_bytes(before: &[u8], after: &[u8]) -> usize {
+        before.iter().zip(after).filter(|(a, b)| a != b).count()
+    }
+
+    #[test]
+    fn an_insert_before_the_end_writes_slots_not_entries() {
+        let mut store = MemStore::default();
+        let mut tree = create(&mut store, VALUE_SIZE as u16).expect("create");
+        let mut hint = None;
+        for k in 1..=200u64 {
+            insert_hinted(&mut store, &mut tree, k * 10, &value(k), &mut hint).expect("append");
+        }
+        let leaf = tree.root_page;
+        assert!(!is_slotted(&store.pages[&leaf]));
+        // The first insert in the middle: the entries stay, the slot array is written.
+        let before = store.pages[&leaf].clone();
+        insert(&mut store, &mut tree, 15, &value(15)).expect("insert");
+        let after = &store.pages[&leaf];
+        assert!(is_slotted(after));
+        let entries_end = entry_at(200, VALUE_SIZE);
+        assert_eq!(
+            before[PAGE_HEADER_SIZE_BYTES..entries_end],
+            after[PAGE_HEADER_SIZE_BYTES..entries_end],
+            "entries moved"
+        );
+        // Next ones: one entry and the slots after the insert's place.
+        for (k, place) in [(1_005u64, 100usize), (25, 2), (1_999, 200)] {
+            let n = count(&store.pages[&leaf]);
+            let before = store.pages[&leaf].clone();
+            insert(&mut store, &mut tree, k, &value(k)).expect("insert");
+            let changed = changed_bytes(&before, &store.pages[&leaf]);
+            let bound = 8 + VALUE_SIZE + 2 * (n - place + 1) + 2;
+            assert!(changed <= bound, "{changed} bytes changed, bound {bound}");
+        }
+    }
+
+    #[test]
+    fn a_full_slotted_leaf_splits_into_packed_halves() {
+        let mut store = MemStore::default();
+        let mut tree = create(&mut store, VALUE_SIZE as u16).expect("create");
+        let mut model = BTreeMap::new();
+        let mut i = 0u64;
+        while store.pages.len() == 1 {
+            let k = mix(i);
+            insert(&mut store, &mut tree, k, &value(k)).expect("insert");
+            model.insert(k, value(k));
+            i += 1;
+        }
+        assert_eq!(model.len(), slotted_capacity(VALUE_SIZE) + 1);
+        let (packed, slotted) = leaf_kinds(&store);
+        // The leaf that took the new key became slotted again; the other stayed packed.
+        assert_eq!((packed, slotted), (1, 1));
+        assert_matches(&store, &tree, &model);
+    }
+
+    #[test]
+    fn a_damaged_slot_is_an_error_not_a_panic() {
+        let mut store = MemStore::default();
+        let mut tree = create(&mut store, VALUE_SIZE as u16).expect("create");
+        for k in [50u64, 10, 40, 20, 30] {
+            insert(&mut store, &mut tree, k, &value(k)).expect("insert");
+        }
+        let leaf = tree.root_page;
+        assert!(is_slotted(&store.pages[&leaf]));
+        put_u16(store.pages.get_mut(&leaf).expect("leaf"), slot_at(2), 9_999);
+        // Reads stay inside the page; the remove of the damaged slot's key is refused.
+        let _ = get(&store, leaf, VALUE_SIZE, 30).expect("get");
+        let _: Vec<_> = FixedRange::new(&store, leaf, VALUE_SIZE, ..)
+            .expect("range")
+            .collect();
+        let mut removed_all = true;
+        for k in [10u64, 20, 30, 40, 50] {
+            match remove(&mut store, &mut tree, k) {
+                Ok(_) => {}
+                Err(crate::Error::Corruption { .. }) => removed_all = false,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert!(!removed_all, "a damaged slot went unnoticed");
+    }
 }

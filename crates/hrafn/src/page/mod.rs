@@ -64,6 +64,8 @@ pub enum PageKind {
     FixedBranch = 8,
     /// Table records: a start bitmap, then records at 8-byte boundaries.
     Records = 9,
+    /// Fixed-size tree leaf whose entries are in any order, with a slot array in key order.
+    FixedLeafSlotted = 10,
 }
 
 impl PageKind {
@@ -80,6 +82,7 @@ impl PageKind {
             7 => PageKind::FixedLeaf,
             8 => PageKind::FixedBranch,
             9 => PageKind::Records,
+            10 => PageKind::FixedLeafSlotted,
             _ => return None,
         })
     }

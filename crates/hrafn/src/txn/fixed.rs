@@ -222,8 +222,7 @@ impl<'t, 'env> FixedTreeMut<'t, 'env> {
         if !fixed::validate(page, header.root_page, value_size)? {
             return Ok(()); // still a branch: leave it until it is one leaf
         }
-        let start = crate::limits::PAGE_HEADER_SIZE_BYTES;
-        let entries = page[start..start + header.entry_count as usize * (8 + value_size)].to_vec();
+        let entries = fixed::leaf_entries(page, header.entry_count as usize, value_size);
         fixed::write::drop_tree(self.txn, &header)?;
         self.txn.trees[self.index].fixed_append_hint = None;
         self.txn.store_embedded(self.index, entries)
