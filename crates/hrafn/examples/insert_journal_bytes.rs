@@ -4,9 +4,10 @@
 //! `hrafn-bench`'s `u64_insert_*` rows), once into a fixed-size tree and once into a B+tree
 //! with 8-byte big-endian keys, and prints each run's journal payload (page diffs before
 //! compression), what was stored after compression, and the bytes of the pages the
-//! transactions changed. An insert into a packed fixed-size leaf shifts every entry after
-//! it, so its diff carries half the leaf; a B+tree insert moves 2-byte slots and writes
-//! one entry.
+//! transactions changed. A random insert into a fixed-size leaf writes one entry and
+//! moves the 2-byte slots after its place (the leaf is slotted), as a B+tree insert does;
+//! before slotted leaves it shifted every entry after it, so its diff carried half the
+//! leaf.
 //!
 //! Run it with:
 //!
