@@ -137,31 +137,30 @@ impl FlushLog {
     /// took, for [`FlushLog::put_back`]. Called by flush passes only, which hold the
     /// flush book's lock: one at a time.
     pub fn take_flushable(&self, ptt: &Ptt, bound: u64) -> (Vec<(u64, u64)>, u64, Taken) {
-        let commits: VecDeque<(u64, Vec<u64>)> = {
+        let (commits, waiting) = {
             let mut log = self.commits.lock();
             // Moves whichever side is shorter: while a reader pins the bound, nothing is
             // taken from a log that keeps growing.
             let taken_count = log.partition_point(|&(txn_id, _)| txn_id <= bound);
-            if taken_count <= log.len() / 2 {
+            let commits: VecDeque<(u64, Vec<u64>)> = if taken_count <= log.len() / 2 {
                 log.drain(..taken_count).collect()
             } else {
                 let newer = log.split_off(taken_count);
                 std::mem::replace(&mut *log, newer)
-            }
-        };
-        let mut held = self.held.lock();
-        let folded = held.folded.take(bound);
-        // What is left waits for a reader: past the threshold it is folded, outside the
-        // commits' lock. Sound only because the sync rule reads the log under the flush
-        // book's lock too, which this pass holds: nobody sees the commits in neither place.
-        let waiting = {
-            let mut log = self.commits.lock();
-            if log.len() > self.fold_at {
+            };
+            // What is left waits for a reader: past the threshold it is folded below,
+            // outside this lock. Sound only because the sync rule reads the log under the
+            // flush book's lock too, which this pass holds: nobody sees the commits in
+            // neither place.
+            let waiting = if log.len() > self.fold_at {
                 std::mem::take(&mut *log)
             } else {
                 VecDeque::new()
-            }
+            };
+            (commits, waiting)
         };
+        let mut held = self.held.lock();
+        let folded = held.folded.take(bound);
         for (txn_id, pages) in waiting {
             for page_number in pages {
                 held.folded.add(page_number, txn_id, txn_id);
