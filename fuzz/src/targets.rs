@@ -764,8 +764,8 @@ impl<'a> PageSource<'a> for &'a Pages {
 ///
 /// Input: a flags byte, a key, then page bytes. Flag 1: give page 1 a plausible node header
 /// (kind, entry count, free bounds) so the accessors go deeper. Flag 2: give page 0 a meta
-/// page pointing into the file. Flag 4: seal every page. Flag 32: make page 1 a fixed-size
-/// leaf (flag 64: a slotted one).
+/// page pointing into the file. Flag 4: seal every page. Flag 64: make page 1 a fixed-size
+/// leaf (flag 128: a slotted one).
 pub fn page_decode(data: &[u8]) {
     let mut input = Input::new(data);
     let flags = input.u8();
@@ -794,12 +794,12 @@ pub fn page_decode(data: &[u8]) {
             lower + upper % (PAGE_SIZE_BYTES as u16 - lower + 1),
         );
     }
-    if flags & 32 == 32 {
-        // Page 1 a fixed-size leaf (flag 64: slotted) of the value size the fixed-size
+    if flags & 64 == 64 {
+        // Page 1 a fixed-size leaf (flag 128: slotted) of the value size the fixed-size
         // readers below use, its count within that layout's capacity; slots stay as given.
         let p = &mut bytes[PAGE_SIZE_BYTES..2 * PAGE_SIZE_BYTES];
         let value_size = key.len() * 37 % (hrafn::fixed::FIXED_VALUE_SIZE_MAX_BYTES + 1);
-        let (kind, entry_bytes) = if flags & 64 == 0 {
+        let (kind, entry_bytes) = if flags & 128 == 0 {
             (PageKind::FixedLeaf, 8 + value_size)
         } else {
             (PageKind::FixedLeafSlotted, 10 + value_size)

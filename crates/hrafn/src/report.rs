@@ -472,6 +472,7 @@ impl Recorder {
 
 /// Bytes a page in use holds, read from its header (and, for a B+tree node, its slots).
 fn used_bytes(kind: PageKind, page: &[u8], page_number: u64) -> Result<u64> {
+    const PAGE: u64 = PAGE_SIZE_BYTES as u64;
     let header = PAGE_HEADER_SIZE_BYTES as u64;
     let count = u64::from(page::get_u16(page, page::OFFSET_ENTRY_COUNT));
     Ok(match kind {
@@ -479,8 +480,12 @@ fn used_bytes(kind: PageKind, page: &[u8], page_number: u64) -> Result<u64> {
             header + node::used_bytes(page, kind == PageKind::Leaf, page_number)? as u64
         }
         PageKind::Overflow => header + get_u64(page, OFFSET_AUX),
-        PageKind::FixedLeaf => header + count * (8 + get_u64(page, OFFSET_AUX)),
-        PageKind::FixedLeafSlotted => header + count * (8 + 2 + get_u64(page, OFFSET_AUX)),
+        // The value size as the page says, bounded: the walk counts a page before the
+        // tree's check of it, so a damaged one must not overflow here.
+        PageKind::FixedLeaf => header + count * (8 + get_u64(page, OFFSET_AUX).min(PAGE)),
+        PageKind::FixedLeafSlotted => {
+            header + count * (8 + 2 + get_u64(page, OFFSET_AUX).min(PAGE))
+        }
         PageKind::FixedBranch => header + 8 + count * 16,
         PageKind::Records => {
             crate::table::RECORDS_OFFSET as u64 + crate::table::write::live_bytes(page) as u64

@@ -203,8 +203,8 @@ fn seeds(target: &str) -> Vec<Vec<u8>> {
                 [vec![1, 0], file.clone()].concat(),
                 // Page 1 as a packed and as a slotted fixed-size leaf, its slots whatever
                 // the bytes hold.
-                [vec![32 | 2, 2], b"ab".to_vec(), file.clone()].concat(),
-                [vec![64 | 32 | 2, 0], file.clone()].concat(),
+                [vec![64 | 2, 2], b"ab".to_vec(), file.clone()].concat(),
+                [vec![128 | 64 | 2, 0], file.clone()].concat(),
                 [vec![9 | 2 | 4, 1, b'a'], file].concat(),
             ]
         }

@@ -1,7 +1,7 @@
 //! Fixed-size trees: `u64` keys in numeric order, every value the same size (0 to
 //! [`FIXED_VALUE_SIZE_MAX_BYTES`]) chosen when the tree is made.
 //!
-//! Entries have no lengths, so a leaf of 16-byte values holds 339 entries (313 slotted)
+//! Entries have no lengths, so a leaf of 16-byte values holds 340 entries (313 slotted)
 //! where a B+tree leaf holds about 200 of the same keys, and a lookup is a binary search
 //! over an array. Pages (little-endian, after the 32-byte page header):
 //! - packed leaf (kind 7): `count` entries of `key u64, value [value_size]`, keys

@@ -408,29 +408,42 @@ mod tests {
     use crate::storage::sim::mix;
     use std::collections::BTreeMap;
 
-    const VALUE_SIZE: usize = 16;
+    type Model = BTreeMap<u64, Vec<u8>>;
 
-    fn value(key: u64) -> [u8; VALUE_SIZE] {
-        let mut v = [0u8; VALUE_SIZE];
-        v[..8].copy_from_slice(&key.to_le_bytes());
-        v[8..].copy_from_slice(&key.rotate_left(17).to_le_bytes());
-        v
+    /// A value of `size` bytes drawn from `seed`.
+    fn value(seed: u64, size: usize) -> Vec<u8> {
+        (0..size).map(|i| mix(seed ^ i as u64) as u8).collect()
+    }
+
+    /// A tree of `value_size`-byte values and its model.
+    fn tree(store: &mut MemStore, value_size: usize) -> (TreeHeader, Model) {
+        (
+            create(store, value_size as u16).expect("create"),
+            Model::new(),
+        )
+    }
+
+    fn put(store: &mut MemStore, tree: &mut TreeHeader, model: &mut Model, key: u64, seed: u64) {
+        let v = value(seed, value_size_of(tree));
+        let replaced = insert(store, tree, key, &v).expect("insert");
+        assert_eq!(replaced, model.insert(key, v).is_some());
     }
 
     /// Every entry in order, every lookup, and each slotted leaf's slots naming each entry
     /// number once.
-    fn assert_matches(store: &MemStore, tree: &TreeHeader, model: &BTreeMap<u64, [u8; 16]>) {
-        let all: Vec<(u64, Vec<u8>)> = FixedRange::new(store, tree.root_page, VALUE_SIZE, ..)
+    fn assert_matches(store: &MemStore, tree: &TreeHeader, model: &Model) {
+        let value_size = value_size_of(tree);
+        let all: Vec<(u64, Vec<u8>)> = FixedRange::new(store, tree.root_page, value_size, ..)
             .expect("range")
             .map(|e| e.map(|(k, v)| (k, v.to_vec())))
             .collect::<Result<_>>()
             .expect("entries");
-        let expected: Vec<(u64, Vec<u8>)> = model.iter().map(|(k, v)| (*k, v.to_vec())).collect();
+        let expected: Vec<(u64, Vec<u8>)> = model.iter().map(|(k, v)| (*k, v.clone())).collect();
         assert_eq!(all, expected);
         assert_eq!(tree.entry_count, model.len() as u64);
         for (k, v) in model {
             assert_eq!(
-                get(store, tree.root_page, VALUE_SIZE, *k).expect("get"),
+                get(store, tree.root_page, value_size, *k).expect("get"),
                 Some(&v[..])
             );
         }
@@ -444,6 +457,7 @@ mod tests {
         }
     }
 
+    /// Leaves (packed, slotted).
     fn leaf_kinds(store: &MemStore) -> (usize, usize) {
         let kind = |k: PageKind| {
             store
@@ -458,21 +472,20 @@ mod tests {
     #[test]
     fn increasing_keys_keep_leaves_packed_and_full_until_keys_come_between() {
         let mut store = MemStore::default();
-        let mut tree = create(&mut store, VALUE_SIZE as u16).expect("create");
+        let (mut tree, mut model) = tree(&mut store, 16);
         let mut hint = None;
-        let mut model = BTreeMap::new();
-        let n = 10 * leaf_capacity(VALUE_SIZE) as u64;
+        let n = 10 * leaf_capacity(16) as u64;
         for k in 0..n {
-            insert_hinted(&mut store, &mut tree, k * 3, &value(k * 3), &mut hint).expect("insert");
-            model.insert(k * 3, value(k * 3));
+            let v = value(k, 16);
+            insert_hinted(&mut store, &mut tree, k * 3, &v, &mut hint).expect("insert");
+            model.insert(k * 3, v);
         }
         assert_eq!(leaf_kinds(&store), (10, 0));
         assert_matches(&store, &tree, &model);
         // Keys between them: each full packed leaf splits in two (as leaves of format 5
         // files do), and both halves take keys before their end and become slotted.
         for k in (0..n).step_by(7) {
-            insert(&mut store, &mut tree, k * 3 + 1, &value(k)).expect("insert");
-            model.insert(k * 3 + 1, value(k));
+            put(&mut store, &mut tree, &mut model, k * 3 + 1, k);
         }
         assert_eq!(leaf_kinds(&store), (0, 20));
         assert_matches(&store, &tree, &model);
@@ -480,38 +493,56 @@ mod tests {
 
     #[test]
     fn random_inserts_and_removes_keep_order_through_both_layouts() {
+        for value_size in [0, 16, 1024] {
+            let mut store = MemStore::default();
+            let (mut tree, mut model) = tree(&mut store, value_size);
+            let ops = if value_size == 1024 { 4_000 } else { 20_000 };
+            for i in 0..ops {
+                let k = mix(i) % (ops * 5 / 2);
+                if mix(i ^ 0xABCD).is_multiple_of(4) {
+                    assert_eq!(
+                        remove(&mut store, &mut tree, k).expect("remove"),
+                        model.remove(&k).is_some()
+                    );
+                } else {
+                    put(&mut store, &mut tree, &mut model, k, k ^ i);
+                }
+                if i.is_multiple_of(ops / 8) {
+                    assert_matches(&store, &tree, &model);
+                }
+            }
+            let (packed, slotted) = leaf_kinds(&store);
+            assert!(
+                slotted > packed,
+                "{value_size}: {packed} packed, {slotted} slotted leaves"
+            );
+            assert_matches(&store, &tree, &model);
+            for k in model.keys().copied().collect::<Vec<_>>() {
+                assert!(remove(&mut store, &mut tree, k).expect("remove"));
+                model.remove(&k);
+            }
+            assert_matches(&store, &tree, &model);
+            assert_eq!(store.pages.len(), 1, "one empty root leaf");
+        }
+    }
+
+    #[test]
+    fn appends_through_the_hint_go_on_in_a_slotted_leaf() {
         let mut store = MemStore::default();
-        let mut tree = create(&mut store, VALUE_SIZE as u16).expect("create");
-        let mut model = BTreeMap::new();
-        for i in 0..20_000u64 {
-            let k = mix(i) % 50_000;
-            if mix(i ^ 0xABCD).is_multiple_of(4) {
-                assert_eq!(
-                    remove(&mut store, &mut tree, k).expect("remove"),
-                    model.remove(&k).is_some()
-                );
-            } else {
-                assert_eq!(
-                    insert(&mut store, &mut tree, k, &value(k ^ i)).expect("insert"),
-                    model.insert(k, value(k ^ i)).is_some()
-                );
-            }
-            if i.is_multiple_of(2_500) {
-                assert_matches(&store, &tree, &model);
-            }
+        let (mut tree, mut model) = tree(&mut store, 8);
+        for k in [50u64, 10, 40, 20, 30] {
+            put(&mut store, &mut tree, &mut model, k, k);
         }
-        let (packed, slotted) = leaf_kinds(&store);
-        assert!(
-            slotted > packed,
-            "{packed} packed, {slotted} slotted leaves"
-        );
-        assert_matches(&store, &tree, &model);
-        for k in model.keys().copied().collect::<Vec<_>>() {
-            assert!(remove(&mut store, &mut tree, k).expect("remove"));
-            model.remove(&k);
+        assert!(is_slotted(&store.pages[&tree.root_page]));
+        let mut hint = None;
+        for k in 51..600u64 {
+            let v = value(k, 8);
+            insert_hinted(&mut store, &mut tree, k, &v, &mut hint).expect("append");
+            model.insert(k, v);
         }
+        // The slotted root took appends up to its capacity, then split at its end.
+        assert_eq!(leaf_kinds(&store), (2, 0));
         assert_matches(&store, &tree, &model);
-        assert_eq!(store.pages.len(), 1, "one empty root leaf");
     }
 
     /// Bytes that differ between two versions of a page.
@@ -522,77 +553,94 @@ mod tests {
     #[test]
     fn an_insert_before_the_end_writes_slots_not_entries() {
         let mut store = MemStore::default();
-        let mut tree = create(&mut store, VALUE_SIZE as u16).expect("create");
+        let (mut tree, mut model) = tree(&mut store, 16);
         let mut hint = None;
         for k in 1..=200u64 {
-            insert_hinted(&mut store, &mut tree, k * 10, &value(k), &mut hint).expect("append");
+            let v = value(k, 16);
+            insert_hinted(&mut store, &mut tree, k * 10, &v, &mut hint).expect("append");
+            model.insert(k * 10, v);
         }
         let leaf = tree.root_page;
         assert!(!is_slotted(&store.pages[&leaf]));
         // The first insert in the middle: the entries stay, the slot array is written.
         let before = store.pages[&leaf].clone();
-        insert(&mut store, &mut tree, 15, &value(15)).expect("insert");
+        put(&mut store, &mut tree, &mut model, 15, 15);
         let after = &store.pages[&leaf];
         assert!(is_slotted(after));
-        let entries_end = entry_at(200, VALUE_SIZE);
+        let entries_end = entry_at(200, 16);
         assert_eq!(
             before[PAGE_HEADER_SIZE_BYTES..entries_end],
             after[PAGE_HEADER_SIZE_BYTES..entries_end],
             "entries moved"
         );
-        // Next ones: one entry and the slots after the insert's place.
-        for (k, place) in [(1_005u64, 100usize), (25, 2), (1_999, 200)] {
+        // Next ones: one entry, its slot and the slots after the insert's place.
+        for (k, place) in [(1_005u64, 101usize), (25, 3), (1_999, 202)] {
             let n = count(&store.pages[&leaf]);
             let before = store.pages[&leaf].clone();
-            insert(&mut store, &mut tree, k, &value(k)).expect("insert");
+            put(&mut store, &mut tree, &mut model, k, k);
             let changed = changed_bytes(&before, &store.pages[&leaf]);
-            let bound = 8 + VALUE_SIZE + 2 * (n - place + 1) + 2;
+            let bound = 8 + 16 + 2 * (n - place + 1) + 2;
             assert!(changed <= bound, "{changed} bytes changed, bound {bound}");
         }
+        assert_matches(&store, &tree, &model);
     }
 
     #[test]
     fn a_full_slotted_leaf_splits_into_packed_halves() {
         let mut store = MemStore::default();
-        let mut tree = create(&mut store, VALUE_SIZE as u16).expect("create");
-        let mut model = BTreeMap::new();
-        let mut i = 0u64;
-        while store.pages.len() == 1 {
-            let k = mix(i);
-            insert(&mut store, &mut tree, k, &value(k)).expect("insert");
-            model.insert(k, value(k));
-            i += 1;
+        let (mut tree, mut model) = tree(&mut store, 16);
+        // Keys 2, 4, .. in a scrambled order: one slotted leaf, full.
+        let capacity = slotted_capacity(16) as u64;
+        let mut keys: Vec<u64> = (1..=capacity).map(|k| k * 2).collect();
+        keys.sort_by_key(|&k| mix(k));
+        for k in keys {
+            put(&mut store, &mut tree, &mut model, k, k);
         }
-        assert_eq!(model.len(), slotted_capacity(VALUE_SIZE) + 1);
-        let (packed, slotted) = leaf_kinds(&store);
-        // The leaf that took the new key became slotted again; the other stayed packed.
-        assert_eq!((packed, slotted), (1, 1));
+        assert_eq!(leaf_kinds(&store), (0, 1));
+        // A key before the end splits it in halves, packed; the half that takes the key
+        // becomes slotted again.
+        put(&mut store, &mut tree, &mut model, 3, 3);
+        assert_eq!(leaf_kinds(&store), (1, 1));
+        assert_matches(&store, &tree, &model);
+        // Keys past the end go on into the packed right half up to the packed capacity,
+        // and then into a new leaf, packed too.
+        let mut k = 2 * capacity;
+        while leaf_kinds(&store) == (1, 1) {
+            k += 1;
+            put(&mut store, &mut tree, &mut model, k, k);
+        }
+        assert_eq!(leaf_kinds(&store), (2, 1));
+        // The left half with key 3, the right one full, the new leaf's one key.
+        assert_eq!(
+            model.len(),
+            (slotted_capacity(16) / 2 + 1) + leaf_capacity(16) + 1
+        );
         assert_matches(&store, &tree, &model);
     }
 
     #[test]
     fn a_damaged_slot_is_an_error_not_a_panic() {
         let mut store = MemStore::default();
-        let mut tree = create(&mut store, VALUE_SIZE as u16).expect("create");
+        let (mut tree, mut model) = tree(&mut store, 16);
         for k in [50u64, 10, 40, 20, 30] {
-            insert(&mut store, &mut tree, k, &value(k)).expect("insert");
+            put(&mut store, &mut tree, &mut model, k, k);
         }
         let leaf = tree.root_page;
         assert!(is_slotted(&store.pages[&leaf]));
         put_u16(store.pages.get_mut(&leaf).expect("leaf"), slot_at(2), 9_999);
-        // Reads stay inside the page; the remove of the damaged slot's key is refused.
-        let _ = get(&store, leaf, VALUE_SIZE, 30).expect("get");
-        let _: Vec<_> = FixedRange::new(&store, leaf, VALUE_SIZE, ..)
+        // Reads stay inside the page; a remove that meets the damage is refused.
+        let _ = get(&store, leaf, 16, 30).expect("get");
+        let _: Vec<_> = FixedRange::new(&store, leaf, 16, ..)
             .expect("range")
             .collect();
-        let mut removed_all = true;
+        let mut refused = 0;
         for k in [10u64, 20, 30, 40, 50] {
             match remove(&mut store, &mut tree, k) {
                 Ok(_) => {}
-                Err(crate::Error::Corruption { .. }) => removed_all = false,
+                Err(crate::Error::Corruption { .. }) => refused += 1,
                 Err(e) => panic!("{e}"),
             }
         }
-        assert!(!removed_all, "a damaged slot went unnoticed");
+        assert!(refused > 0, "a damaged slot went unnoticed");
     }
 }

@@ -222,7 +222,13 @@ impl<'t, 'env> FixedTreeMut<'t, 'env> {
         if !fixed::validate(page, header.root_page, value_size)? {
             return Ok(()); // still a branch: leave it until it is one leaf
         }
-        let entries = fixed::leaf_entries(page, header.entry_count as usize, value_size);
+        if fixed::count(page) as u64 != header.entry_count {
+            return Err(crate::page::corrupt(
+                header.root_page,
+                "a one-leaf tree's count differs from its header's",
+            ));
+        }
+        let entries = fixed::leaf_entries(page, fixed::count(page), value_size);
         fixed::write::drop_tree(self.txn, &header)?;
         self.txn.trees[self.index].fixed_append_hint = None;
         self.txn.store_embedded(self.index, entries)
