@@ -342,8 +342,12 @@ pub struct Stats {
     pub journal_files_peak: u64,
     /// Journal files holding records newer than the last sync: what a reopen would replay.
     /// The flusher syncs once more than 8 wait, so in steady state journal files on disk
-    /// number at most this plus the ready ones (see `docs/design.md`, "Steady state").
+    /// number at most this plus the ready and the retiring ones (see `docs/design.md`,
+    /// "Steady state").
     pub journal_files_waiting: u64,
+    /// Retired journal files still on disk: the flusher removes a few per tick of
+    /// [`Options::flush_interval_ms`] rather than hundreds at once after a long reader.
+    pub journal_files_retiring: u64,
     /// The oldest open read transaction: how long it has been open and the state it reads.
     pub oldest_reader_age_ms: Option<u64>,
     pub oldest_reader_txn_id: Option<u64>,
@@ -673,6 +677,8 @@ impl Environment {
             replayed.last_txn_id,
             header.backup,
         )?;
+        // Nothing is committed yet, so nothing waits behind the removals.
+        crate::flush::remove_retired(&*storage, &journal_index, usize::MAX)?;
         phase.end()?;
         let durable = options.durability == Durability::Immediate;
         let journal = JournalWriter::start(
@@ -987,6 +993,7 @@ impl Environment {
             (index.spares_made, index.spares_used, index.filled_by_writer);
         let journal_files_ready = (index.spares.len() + index.recyclable.len()) as u64;
         let journal_files_waiting = index.active.len() as u64;
+        let journal_files_retiring = index.removable.len() as u64;
         let journal_files_peak = index.files_peak;
         drop(index);
         let oldest = inner.readers.oldest_reader();
@@ -1020,6 +1027,7 @@ impl Environment {
             journal_files_ready,
             journals_filled_by_writer,
             journal_files_waiting,
+            journal_files_retiring,
             journal_files_peak,
             oldest_reader_age_ms: oldest.map(|r| r.age_ms),
             oldest_reader_txn_id: oldest.map(|r| r.txn_id),

@@ -113,7 +113,7 @@ enum Kind {
 /// metric, every name prefixed `hrafn_`.
 pub(crate) fn render(stats: &Stats, latencies: &Latencies) -> String {
     use Kind::{Counter, Gauge};
-    let metrics: [(&str, Kind, &str, u64); 29] = [
+    let metrics: [(&str, Kind, &str, u64); 30] = [
         (
             "txn_id",
             Gauge,
@@ -258,6 +258,12 @@ pub(crate) fn render(stats: &Stats, latencies: &Latencies) -> String {
             Gauge,
             "Journal files newer than the last sync.",
             stats.journal_files_waiting,
+        ),
+        (
+            "journal_files_retiring",
+            Gauge,
+            "Retired journal files not yet removed (a few go per flusher tick).",
+            stats.journal_files_retiring,
         ),
         (
             "journal_files_peak",

@@ -176,6 +176,11 @@ pub(crate) fn leaf_search(
     value_size: usize,
 ) -> std::result::Result<usize, usize> {
     let (mut lo, mut hi) = (0, count(page));
+    if is_slotted(page) && hi > 0 {
+        // Every probe reads its slot first, and the slots are a few lines at the page's
+        // end: asked for at once, the probes wait on their entries alone.
+        crate::page::prefetch(&page[slot_at(hi - 1)..]);
+    }
     while lo < hi {
         let mid = (lo + hi) / 2;
         // As the B+tree's search: the next probe's miss overlaps this one's.

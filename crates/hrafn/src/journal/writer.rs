@@ -111,6 +111,9 @@ pub struct JournalIndex {
     pub kept_for_backup: VecDeque<(u64, u64)>,
     /// Retired journal files that may be renamed and reused.
     pub recyclable: Vec<u64>,
+    /// Retired journal files to remove, oldest first; the flusher removes a few per tick
+    /// (see `crate::flush::JOURNAL_REMOVALS_PER_TICK`).
+    pub removable: VecDeque<u64>,
     /// The current journal when it is full: the writer will not append to it again, so
     /// it may be retired like any older file once a sync covers it.
     pub sealed: Option<u64>,
