@@ -3,11 +3,11 @@
 //! Inserts 1M random `u64` keys with 16-byte values in 100 transactions (the shape of
 //! `hrafn-bench`'s `u64_insert_*` rows), once into a fixed-size tree and once into a B+tree
 //! with 8-byte big-endian keys, and prints each run's journal payload (page diffs before
-//! compression), what was stored after compression, and the bytes of the pages the
-//! transactions changed. A random insert into a fixed-size leaf writes one entry and
-//! moves the 2-byte slots after its place (the leaf is slotted), as a B+tree insert does;
-//! before slotted leaves it shifted every entry after it, so its diff carried half the
-//! leaf.
+//! compression), what was stored after compression, the bytes of the pages the
+//! transactions changed, and the pages the environment uses at the end. A random insert
+//! into a fixed-size leaf writes one entry and moves the 2-byte slots after its place (the
+//! leaf is slotted), as a B+tree insert does; before slotted leaves it shifted every entry
+//! after it, so its diff carried half the leaf.
 //!
 //! Run it with:
 //!
@@ -54,12 +54,13 @@ fn main() -> hrafn::Result<()> {
         let elapsed = start.elapsed();
         let stats = env.stats();
         println!(
-            "{:<16} {:>6.2} s  journal payload {:>6.1} MiB, stored {:>6.1} MiB; changed pages {:>7.1} MiB",
+            "{:<16} {:>6.2} s  journal payload {:>6.1} MiB, stored {:>6.1} MiB; changed pages {:>7.1} MiB; {} pages in use",
             if fixed { "fixed-size tree" } else { "B+tree" },
             elapsed.as_secs_f64(),
             mib(stats.journal_payload_bytes),
             mib(stats.journal_stored_bytes),
             mib(stats.dirty_page_bytes),
+            env.check()?.used_pages,
         );
     }
     Ok(())

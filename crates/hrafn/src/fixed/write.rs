@@ -526,14 +526,20 @@ mod tests {
         }
     }
 
-    #[test]
-    fn appends_through_the_hint_go_on_in_a_slotted_leaf() {
+    /// A root leaf made slotted by five keys out of order.
+    fn slotted_root(value_size: usize) -> (MemStore, TreeHeader, Model) {
         let mut store = MemStore::default();
-        let (mut tree, mut model) = tree(&mut store, 8);
+        let (mut tree, mut model) = tree(&mut store, value_size);
         for k in [50u64, 10, 40, 20, 30] {
             put(&mut store, &mut tree, &mut model, k, k);
         }
         assert!(is_slotted(&store.pages[&tree.root_page]));
+        (store, tree, model)
+    }
+
+    #[test]
+    fn appends_through_the_hint_go_on_in_a_slotted_leaf() {
+        let (mut store, mut tree, mut model) = slotted_root(8);
         let mut hint = None;
         for k in 51..600u64 {
             let v = value(k, 8);
@@ -620,13 +626,8 @@ mod tests {
 
     #[test]
     fn a_damaged_slot_is_an_error_not_a_panic() {
-        let mut store = MemStore::default();
-        let (mut tree, mut model) = tree(&mut store, 16);
-        for k in [50u64, 10, 40, 20, 30] {
-            put(&mut store, &mut tree, &mut model, k, k);
-        }
+        let (mut store, mut tree, _) = slotted_root(16);
         let leaf = tree.root_page;
-        assert!(is_slotted(&store.pages[&leaf]));
         put_u16(store.pages.get_mut(&leaf).expect("leaf"), slot_at(2), 9_999);
         // Reads stay inside the page; a remove that meets the damage is refused.
         let _ = get(&store, leaf, 16, 30).expect("get");
