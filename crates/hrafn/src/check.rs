@@ -667,15 +667,8 @@ fn walk_fixed<'a, S: PageSource<'a>>(
                 ));
             }
         }
-        if leaf && fixed::is_slotted(page) {
-            // Each entry number 0..n named by exactly one slot.
-            let mut named = vec![false; n];
-            for i in 0..n {
-                let e = usize::from(crate::page::get_u16(page, fixed::slot_at(i)));
-                if e >= n || std::mem::replace(&mut named[e], true) {
-                    return Err(corrupt(page_number, "slots do not name each entry once"));
-                }
-            }
+        if leaf && fixed::is_slotted(page) && !fixed::slots_name_each_entry_once(page) {
+            return Err(corrupt(page_number, "slots do not name each entry once"));
         }
         if leaf {
             if *leaf_depth.get_or_insert(depth) != depth {

@@ -68,6 +68,24 @@ pub(crate) fn capacity_of(page: &[u8], value_size: usize) -> usize {
     }
 }
 
+/// Whether leaf `page` of `n` entries takes a key at place `i` without a split: a slotted
+/// leaf below its capacity, a packed one at its end, or a packed one that can take a slot
+/// array (slotted capacity is the smaller).
+#[inline]
+pub(crate) fn has_room(page: &[u8], n: usize, i: usize, value_size: usize) -> bool {
+    n < slotted_capacity(value_size) || (i == n && n < capacity_of(page, value_size))
+}
+
+/// Whether the slots of slotted leaf `page` name each entry number `0..count` exactly once.
+pub(crate) fn slots_name_each_entry_once(page: &[u8]) -> bool {
+    let n = count(page);
+    let mut named = vec![false; n];
+    (0..n).all(|i| {
+        let e = usize::from(get_u16(page, slot_at(i)));
+        e < n && !std::mem::replace(&mut named[e], true)
+    })
+}
+
 /// Offset of slot `i` (the entry number of the `i`th key) in a slotted leaf.
 #[inline(always)]
 pub(crate) fn slot_at(i: usize) -> usize {

@@ -2,7 +2,7 @@
 //! with empty nodes taken out, drop.
 
 use super::{
-    BRANCH_CAPACITY, branch_child, branch_key, branch_search, capacity_of, count, entry_at,
+    BRANCH_CAPACITY, branch_child, branch_key, branch_search, count, entry_at, has_room,
     is_slotted, leaf_at, leaf_capacity, leaf_entries, leaf_key, leaf_search, slot_at,
     slotted_capacity, validate,
 };
@@ -105,7 +105,7 @@ pub fn insert_hinted<S: PageStore>(
     if let Some(h) = hint.take() {
         let page = store.page(h.leaf)?;
         let n = count(page);
-        if n > 0 && n < capacity_of(page, value_size) && key > leaf_key(page, n - 1, value_size) {
+        if n > 0 && has_room(page, n, n, value_size) && key > leaf_key(page, n - 1, value_size) {
             put_entry(store.page_mut(h.leaf)?, n, n, key, value);
             tree.entry_count += 1;
             *hint = Some(h);
@@ -124,12 +124,7 @@ pub fn insert_hinted<S: PageStore>(
             store.page_mut(leaf)?[at..at + value_size].copy_from_slice(value);
             return Ok(true);
         }
-        // Room: a slotted leaf below its capacity, a packed one at its end, or a packed one
-        // that can take a slot array.
-        Err(i)
-            if n < slotted_capacity(value_size)
-                || (!slotted && i == n && n < leaf_capacity(value_size)) =>
-        {
+        Err(i) if has_room(page, n, i, value_size) => {
             put_entry(store.page_mut(leaf)?, n, i, key, value);
             if i == n && is_rightmost(store, &path)? {
                 *hint = Some(AppendHint { leaf });
@@ -287,7 +282,7 @@ pub fn remove<S: PageStore>(store: &mut S, tree: &mut TreeHeader, key: u64) -> R
     };
     let page = store.page_mut(leaf)?;
     if is_slotted(page) {
-        remove_slotted(page, leaf, n, i, entry_size)?;
+        remove_slotted(page, leaf, n, i, value_size)?;
     } else {
         let at = entry_at(i, value_size);
         page.copy_within(at + entry_size..entry_at(n, value_size), at);
@@ -345,7 +340,7 @@ fn remove_slotted(
     page_number: u64,
     n: usize,
     i: usize,
-    entry_size: usize,
+    value_size: usize,
 ) -> Result<()> {
     let freed = usize::from(get_u16(page, slot_at(i)));
     let last = n - 1;
@@ -365,11 +360,8 @@ fn remove_slotted(
     // Slots i+1..n move up by one slot over slot i.
     page.copy_within(slot_at(last)..slot_at(i), slot_at(last) + 2);
     if let Some(j) = renamed {
-        let from = PAGE_HEADER_SIZE_BYTES + last * entry_size;
-        page.copy_within(
-            from..from + entry_size,
-            PAGE_HEADER_SIZE_BYTES + freed * entry_size,
-        );
+        let from = entry_at(last, value_size);
+        page.copy_within(from..from + 8 + value_size, entry_at(freed, value_size));
         put_u16(page, slot_at(j), freed as u16);
     }
     Ok(())
@@ -404,7 +396,7 @@ pub fn drop_tree<S: PageStore>(store: &mut S, tree: &TreeHeader) -> Result<()> {
 mod tests {
     use super::*;
     use crate::btree::mem_store::MemStore;
-    use crate::fixed::{FixedRange, get};
+    use crate::fixed::{FixedRange, get, slots_name_each_entry_once};
     use crate::storage::sim::mix;
     use std::collections::BTreeMap;
 
@@ -448,12 +440,7 @@ mod tests {
             );
         }
         for page in store.pages.values() {
-            if is_slotted(page) {
-                let n = count(page);
-                let mut named: Vec<u16> = (0..n).map(|i| get_u16(page, slot_at(i))).collect();
-                named.sort_unstable();
-                assert!(named.iter().copied().eq(0..n as u16), "slots {named:?}");
-            }
+            assert!(!is_slotted(page) || slots_name_each_entry_once(page));
         }
     }
 
