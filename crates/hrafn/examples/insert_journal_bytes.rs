@@ -21,9 +21,14 @@ const TXNS: u64 = 100;
 const KEYS_PER_TXN: u64 = 10_000;
 const VALUE: [u8; 16] = [7; 16];
 
-/// Spreads consecutive numbers over the key space (a bijection on u64).
+/// Spreads consecutive numbers over the key space as a random generator would (SplitMix64's
+/// finalizer, a bijection on u64). A bare multiplication would spread them too evenly:
+/// every leaf would fill at the same pace, and the pages in use would swing with the count.
 fn key(i: u64) -> u64 {
-    i.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    let mut z = i.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
 }
 
 fn mib(bytes: u64) -> f64 {
@@ -61,6 +66,15 @@ fn main() -> hrafn::Result<()> {
             mib(stats.journal_stored_bytes),
             mib(stats.dirty_page_bytes),
             env.check()?.used_pages,
+        );
+        let report = env.storage_report()?;
+        let tree = &report.structures[0];
+        println!(
+            "{:<16} tree: {} leaf and {} branch pages, filled {:.0}%",
+            "",
+            tree.pages.leaf + tree.pages.fixed_leaf,
+            tree.pages.branch + tree.pages.fixed_branch,
+            tree.fill_factor() * 100.0,
         );
     }
     Ok(())
