@@ -66,6 +66,10 @@ pub struct BenchResult {
     /// then closed), made in a directory of its own before the row's commits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub one_key_disk_bytes: Option<u64>,
+    /// The u64 insert rows: pages the engine's data holds after the inserts, for engines
+    /// that count them (Hrafn).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pages_in_use: Option<u64>,
 }
 
 /// Rows whose measured part is shorter than this are marked unreliable.
@@ -141,6 +145,7 @@ impl BenchResult {
             windows: None,
             min_window_ratio: None,
             one_key_disk_bytes: None,
+            pages_in_use: None,
             journal_files_max: None,
             journal: None,
         }

@@ -23,6 +23,8 @@ pub enum Metric {
     MinWindowRatio,
     /// commit_latency: bytes on disk of a closed one-key database.
     OneKeyDiskBytes,
+    /// u64 insert rows: pages the data holds after the inserts.
+    PagesInUse,
 }
 
 /// A figure: `metric` of the result of `row` on `engine`.
@@ -141,6 +143,12 @@ pub const TARGETS: &[Target] = &[
     ),
     vs_row("u64_get_fixed", "u64_get_btree", 1.3),
     vs_row("u64_insert_fixed", "u64_insert_btree", 1.5),
+    Target {
+        value: fig("u64_insert_fixed", "hrafn", Metric::PagesInUse),
+        base: Some(fig("u64_insert_btree", "hrafn", Metric::PagesInUse)),
+        cmp: Cmp::AtMost,
+        threshold: 0.7,
+    },
     vs("table_get_by_id", "lmdb", 1.5),
 ];
 
@@ -192,6 +200,10 @@ fn value_of(r: &BenchResult, metric: Metric) -> Result<f64, String> {
             .one_key_disk_bytes
             .map(|b| b as f64)
             .ok_or_else(|| missing("one-key database")),
+        Metric::PagesInUse => r
+            .pages_in_use
+            .map(|p| p as f64)
+            .ok_or_else(|| missing("pages in use")),
     }
 }
 
@@ -201,6 +213,7 @@ fn fmt_figure(r: &BenchResult, metric: Metric, v: f64) -> String {
         Metric::OpsPerSec => format!("{} {}/s", fmt_rate(v), r.unit),
         Metric::P50Us => format!("{v:.1} µs"),
         Metric::OneKeyDiskBytes => fmt_bytes(v as u64),
+        Metric::PagesInUse => format!("{v:.0} pages"),
         Metric::JournalRatio | Metric::MinWindowRatio => format!("{v:.2}×"),
     }
 }
@@ -328,6 +341,7 @@ pub fn target_text(t: &Target) -> String {
             format!("{cmp} {} on disk", fmt_bytes(t.threshold as u64))
         }
         (None, Metric::P50Us) => format!("{cmp} {:.0} µs p50", t.threshold),
+        (None, Metric::PagesInUse) => format!("{cmp} {:.0} pages", t.threshold),
         (None, Metric::JournalRatio) => format!("{cmp} {:.2}× whole pages", t.threshold),
         (None, Metric::MinWindowRatio) => {
             format!("lowest window {cmp} {:.2}× the median window", t.threshold)
@@ -342,6 +356,7 @@ fn subject(t: &Target) -> String {
         Metric::OpsPerSec | Metric::JournalRatio | Metric::MinWindowRatio => "",
         Metric::P50Us => " p50",
         Metric::OneKeyDiskBytes => " one-key db bytes",
+        Metric::PagesInUse => " pages",
     };
     format!("{}{what}", v.row)
 }
@@ -363,6 +378,7 @@ pub fn text(verdicts: &[Verdict]) -> String {
                 (Some(m), None, Metric::OpsPerSec) => fmt_rate(m),
                 (Some(m), None, Metric::OneKeyDiskBytes) => fmt_bytes(m as u64),
                 (Some(m), None, Metric::P50Us) => format!("{m:.1} µs"),
+                (Some(m), None, Metric::PagesInUse) => format!("{m:.0}"),
             };
             let measured = if v.unreliable {
                 format!("{measured}{}", report::UNRELIABLE_MARK)
@@ -441,6 +457,10 @@ mod tests {
             pages_per_txn: 100_000.0 / 8192.0,
             ratio: 0.5,
         });
+        let mut fixed_insert = result("u64_insert_fixed", "hrafn", 1_400.0);
+        fixed_insert.pages_in_use = Some(4_000);
+        let mut btree_insert = result("u64_insert_btree", "hrafn", 1_000.0);
+        btree_insert.pages_in_use = Some(6_000);
         let all = vec![
             result("fill_seq", "hrafn", 1_000.0),
             result("fill_seq", "lmdb", 1_000.0),
@@ -455,6 +475,8 @@ mod tests {
             insert,
             result("u64_get_fixed", "hrafn", 1_200.0),
             result("u64_get_btree", "hrafn", 1_000.0),
+            fixed_insert,
+            btree_insert,
         ];
         let v = judge_all(&all);
         assert_eq!(v.len(), TARGETS.len());
@@ -497,6 +519,22 @@ mod tests {
         // Hrafn against Hrafn: 1.2 < 1.3.
         let fixed = find(&v, "u64_get_fixed", Some("hrafn"));
         assert_eq!(fixed.status, Status::NotMet);
+        // Pages: 4,000 / 6,000 <= 0.7, while 1.4x the inserts < 1.5.
+        let by_metric = |metric| {
+            v.iter()
+                .find(|v| {
+                    v.target.value.row == "u64_insert_fixed" && v.target.value.metric == metric
+                })
+                .expect("u64_insert_fixed target")
+        };
+        let pages = by_metric(Metric::PagesInUse);
+        assert_eq!(pages.status, Status::Met);
+        assert!(
+            pages.detail.contains("4000 pages / 6000 pages"),
+            "{}",
+            pages.detail
+        );
+        assert_eq!(by_metric(Metric::OpsPerSec).status, Status::NotMet);
         let text = text(&v);
         assert_eq!(text.lines().count(), TARGETS.len() + 3, "{text}");
         assert!(text.contains("not measured"), "{text}");

@@ -1115,7 +1115,7 @@ fn u64_rows(
             engine.write(f)
         }
     };
-    let elapsed = {
+    let (elapsed, pages_in_use) = {
         let engine = engines::open(name, dir, false)?;
         let start = Instant::now();
         for chunk in keys.chunks((n / U64_TXNS).max(1) as usize) {
@@ -1126,12 +1126,12 @@ fn u64_rows(
                 Ok(())
             })?;
         }
-        start.elapsed()
+        (start.elapsed(), engine.pages_in_use()?)
     };
     if matches!(what, U64::Insert | U64::Append) {
-        return Ok(BenchResult::measured(
-            spec.name, name, cfg.scale, n, "entries", elapsed,
-        ));
+        let mut r = BenchResult::measured(spec.name, name, cfg.scale, n, "entries", elapsed);
+        r.pages_in_use = pages_in_use;
+        return Ok(r);
     }
     let engine = engines::open(name, dir, false)?;
     let read_with = |f: &mut dyn FnMut(&dyn Reader) -> Result<()>| {

@@ -235,6 +235,10 @@ impl Engine for Hrafn {
         })
     }
 
+    fn pages_in_use(&self) -> Result<Option<u64>> {
+        Ok(Some(self.env.check()?.used_pages))
+    }
+
     fn concurrent_write_path(&self) -> &'static str {
         if cfg!(feature = "hrafn-submit") {
             "Environment::submit (merged writes, returns when durable)"

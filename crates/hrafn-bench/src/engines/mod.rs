@@ -48,6 +48,12 @@ pub trait Engine: Send + Sync {
         None
     }
 
+    /// Pages the engine's data holds, for engines that count them (Hrafn: the integrity
+    /// check's pages in use, so free pages are not counted).
+    fn pages_in_use(&self) -> Result<Option<u64>> {
+        Ok(None)
+    }
+
     /// Runs `f` inside one read transaction (a consistent snapshot).
     fn read(&self, f: &mut dyn FnMut(&dyn Reader) -> Result<()>) -> Result<()>;
 
