@@ -101,17 +101,17 @@ pub fn insert_hinted<S: PageStore>(
     value: &[u8],
     hint: &mut Option<AppendHint>,
 ) -> Result<bool> {
-    insert_or_spill(store, tree, key, value, hint, true)
+    insert_or_redistribute(store, tree, key, value, hint, true)
 }
 
-/// [`insert_hinted`]; `may_spill`: a full leaf may first hand entries to a neighbour.
-fn insert_or_spill<S: PageStore>(
+/// [`insert_hinted`]; `may_redistribute`: a full leaf may first hand entries to a neighbour.
+fn insert_or_redistribute<S: PageStore>(
     store: &mut S,
     tree: &mut TreeHeader,
     key: u64,
     value: &[u8],
     hint: &mut Option<AppendHint>,
-    may_spill: bool,
+    may_redistribute: bool,
 ) -> Result<bool> {
     let value_size = value_size_of(tree);
     debug_assert_eq!(value.len(), value_size);
@@ -143,9 +143,9 @@ fn insert_or_spill<S: PageStore>(
                 *hint = Some(AppendHint { leaf });
             }
         }
-        Err(i) if i < n && may_spill && spill(store, &path, leaf, n, value_size)? => {
+        Err(i) if i < n && may_redistribute && redistribute(store, &path, leaf, n, value_size)? => {
             // The leaf and a neighbour share its entries now; the key goes where it lands.
-            return insert_or_spill(store, tree, key, value, hint, false);
+            return insert_or_redistribute(store, tree, key, value, hint, false);
         }
         Err(i) => {
             // Full: split into packed halves. An insert past the last key keeps the left
@@ -175,9 +175,9 @@ fn insert_or_spill<S: PageStore>(
     Ok(false)
 }
 
-/// A full leaf spills into a neighbour under the same parent when that one holds at most
-/// this share of its entries (here 3/4), so a spill moves at least 1/8 of them.
-const SPILL_SHARE: (usize, usize) = (3, 4);
+/// A full leaf shares its keys with a neighbour under the same parent when that one holds
+/// at most this share of its entries (here 3/4), so at least 1/8 of them move.
+const REDISTRIBUTE_SHARE: (usize, usize) = (3, 4);
 
 /// Before a full leaf of `n` entries splits on an insert between its keys, the neighbour
 /// under the same parent with fewer entries takes some of them, when it has far fewer: the
@@ -186,8 +186,8 @@ const SPILL_SHARE: (usize, usize) = (3, 4);
 /// As in a B*-tree, a leaf splits only once its neighbours are nearly full too, so random
 /// inserts leave leaves fuller than half-and-half splits alone do (81% against 72% after a
 /// million; the `insert_journal_bytes` example prints it). Only the moved entries and the
-/// slots are written, so a spill's journal diff stays small. Returns whether it spilled.
-fn spill<S: PageStore>(
+/// slots are written, so the journal diff stays small. Returns whether keys moved.
+fn redistribute<S: PageStore>(
     store: &mut S,
     path: &Path,
     leaf: u64,
@@ -224,22 +224,28 @@ fn spill<S: PageStore>(
     // Entries left in the leaf, and in the neighbour, must fit them slotted: each may have
     // to take slots.
     let slotted = slotted_capacity(value_size);
-    if m * SPILL_SHARE.1 > n * SPILL_SHARE.0 || k == 0 || n - k > slotted || m + k > slotted {
+    if m * REDISTRIBUTE_SHARE.1 > n * REDISTRIBUTE_SHARE.0
+        || k == 0
+        || n - k > slotted
+        || m + k > slotted
+    {
         return Ok(false);
     }
-    let moved: Vec<(u64, usize)> = {
-        let page = store.page(leaf)?;
-        let keys = if on_left { 0..k } else { n - k..n };
-        keys.map(|i| (leaf_key(page, i, value_size), leaf_at(page, i, value_size)))
-            .collect()
-    };
+    let range = if on_left { 0..k } else { n - k..n };
+    // The moved entries, in key order.
     let entries: Vec<u8> = {
         let page = store.page(leaf)?;
-        moved
-            .iter()
-            .flat_map(|&(_, at)| page[at..at + 8 + value_size].iter().copied())
+        range
+            .clone()
+            .flat_map(|i| {
+                let at = leaf_at(page, i, value_size);
+                page[at..at + 8 + value_size].iter().copied()
+            })
             .collect()
     };
+    // The leaf first: its slots are checked before anything is written, so a damaged leaf
+    // leaves both pages as they were.
+    remove_keys(store.page_mut(leaf)?, leaf, n, range, value_size)?;
     {
         let page = store.page_mut(other)?;
         for (j, entry) in entries.chunks_exact(8 + value_size).enumerate() {
@@ -249,13 +255,11 @@ fn spill<S: PageStore>(
             put_entry(page, m + j, i, key, &entry[8..]);
         }
     }
-    let range = if on_left { 0..k } else { n - k..n };
-    remove_keys(store.page_mut(leaf)?, leaf, n, range, value_size)?;
     // The separator before the right page of the pair is that page's first key.
     let (separator_index, separator) = if on_left {
         (c - 1, leaf_key(store.page(leaf)?, 0, value_size))
     } else {
-        (c, moved[0].0)
+        (c, get_u64(&entries, 0))
     };
     put_u64(
         store.page_mut(branch)?,
@@ -601,7 +605,7 @@ mod tests {
         assert_eq!(leaf_kinds(&store), (10, 0));
         assert_matches(&store, &tree, &model);
         // Keys between them: the first full packed leaf splits in two (as leaves of format
-        // 5 files do); later ones spill into a half-full neighbour first. Every leaf takes
+        // 5 files do); later ones hand keys to a half-full neighbour first. Every leaf takes
         // keys before its end and becomes slotted.
         for k in (0..n).step_by(7) {
             put(&mut store, &mut tree, &mut model, k * 3 + 1, k);
@@ -725,7 +729,7 @@ mod tests {
     }
 
     /// Inserts the absent keys of `keys`, in order, until `leaf` holds a slotted leaf's
-    /// capacity (without a spill or split: those come at the next insert).
+    /// capacity (without sharing keys or splitting: those come at the next insert).
     fn fill_leaf(
         store: &mut MemStore,
         tree: &mut TreeHeader,
@@ -749,11 +753,11 @@ mod tests {
             .expect("an absent key")
     }
 
-    #[test]
-    fn a_full_leaf_spills_into_a_sparse_neighbour_before_it_splits() {
+    /// Keys 0, 4, 8, .. one past a slotted leaf's capacity, scrambled: one split, two
+    /// slotted leaves under a root branch.
+    fn two_leaf_tree() -> (MemStore, TreeHeader, Model) {
         let mut store = MemStore::default();
         let (mut tree, mut model) = tree(&mut store, 16);
-        // Keys 0, 4, 8, .. one past a slotted leaf's capacity, scrambled: one split.
         let capacity = slotted_capacity(16) as u64;
         let mut keys: Vec<u64> = (0..=capacity).map(|k| k * 4).collect();
         keys.sort_by_key(|&k| mix(k));
@@ -761,6 +765,12 @@ mod tests {
             put(&mut store, &mut tree, &mut model, k, k);
         }
         assert_eq!(store.pages.len(), 3);
+        (store, tree, model)
+    }
+
+    #[test]
+    fn a_full_leaf_shares_keys_with_a_sparse_neighbour_before_it_splits() {
+        let (mut store, mut tree, mut model) = two_leaf_tree();
         let (left, right, separator) = two_leaves(&store, &tree);
         let counts = |store: &MemStore| (count(&store.pages[&left]), count(&store.pages[&right]));
         let balanced = |store: &MemStore, tree: &TreeHeader, total: usize| {
@@ -778,11 +788,11 @@ mod tests {
         let (l, r) = counts(&store);
         let k = absent(&model, 0..separator);
         put(&mut store, &mut tree, &mut model, k, k);
-        assert_eq!(store.pages.len(), 3, "spilled, not split");
+        assert_eq!(store.pages.len(), 3, "shared, not split");
         let moved = balanced(&store, &tree, l + r + 1);
         assert!(moved < separator, "the separator moves left");
         assert_matches(&store, &tree, &model);
-        // Leftwards: the left leaf thins out, the right one fills, and spills back.
+        // Leftwards: the left leaf thins out, the right one fills, and shares back.
         let thinned: Vec<u64> = model
             .range(..moved)
             .map(|(&k, _)| k)
@@ -796,7 +806,7 @@ mod tests {
         let (l, r) = counts(&store);
         let k = absent(&model, moved..u64::MAX);
         put(&mut store, &mut tree, &mut model, k, k);
-        assert_eq!(store.pages.len(), 3, "spilled, not split");
+        assert_eq!(store.pages.len(), 3, "shared, not split");
         let separator = balanced(&store, &tree, l + r + 1);
         assert!(separator > moved, "the separator moves right");
         assert_matches(&store, &tree, &model);
@@ -846,6 +856,26 @@ mod tests {
             (slotted_capacity(16) / 2 + 1) + leaf_capacity(16) + 1
         );
         assert_matches(&store, &tree, &model);
+    }
+
+    #[test]
+    fn a_damaged_leaf_shares_no_keys() {
+        let (mut store, mut tree, mut model) = two_leaf_tree();
+        let (left, right, separator) = two_leaves(&store, &tree);
+        fill_leaf(&mut store, &mut tree, &mut model, left, 0..separator);
+        let n = count(&store.pages[&left]);
+        put_u16(
+            store.pages.get_mut(&left).expect("leaf"),
+            slot_at(n - 1),
+            9_999,
+        );
+        let before = store.pages[&right].clone();
+        let k = absent(&model, 0..separator);
+        match insert(&mut store, &mut tree, k, &value(k, 16)) {
+            Err(crate::Error::Corruption { .. }) => {}
+            other => panic!("{other:?}"),
+        }
+        assert!(store.pages[&right] == before, "the neighbour changed");
     }
 
     #[test]
