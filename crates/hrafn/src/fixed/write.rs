@@ -1,10 +1,10 @@
-//! Changing a fixed-size tree through a [`PageStore`]: create, insert with splits, remove
-//! with empty nodes taken out, drop.
+//! Changing a fixed-size tree through a [`PageStore`]: create, insert with splits (a full
+//! leaf first shares keys with an emptier neighbour), remove with empty nodes taken out, drop.
 
 use super::{
     BRANCH_CAPACITY, branch_child, branch_key, branch_search, count, entry_at, has_room,
     is_slotted, leaf_at, leaf_capacity, leaf_entries, leaf_key, leaf_search, slot_at,
-    slotted_capacity, validate,
+    slots_name_each_entry_once, slotted_capacity, validate,
 };
 use crate::btree::{DEPTH_MAX, PageStore, TreeHeader, TreeKind};
 use crate::error::Result;
@@ -471,8 +471,9 @@ fn remove_keys(
     } else {
         (0..n).collect()
     };
-    if numbers.iter().any(|&e| e >= n) {
-        return Err(corrupt(page_number, "slot names no entry"));
+    // A permutation, or no move below is safe (one could land on a kept entry).
+    if is_slotted(page) && !slots_name_each_entry_once(page) {
+        return Err(corrupt(page_number, "slots do not name each entry once"));
     }
     let mut holes: Vec<usize> = numbers[range.clone()]
         .iter()
@@ -486,9 +487,9 @@ fn remove_keys(
         .collect();
     let entry_size = 8 + value_size;
     for e in kept.iter_mut().filter(|e| **e >= kept_n) {
-        let Some(hole) = holes.pop() else {
-            return Err(corrupt(page_number, "slots name an entry twice"));
-        };
+        let hole = holes
+            .pop()
+            .expect("a permutation frees a number for each moved entry");
         let from = entry_at(*e, value_size);
         page.copy_within(from..from + entry_size, entry_at(hole, value_size));
         *e = hole;
