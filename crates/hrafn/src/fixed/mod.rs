@@ -158,13 +158,18 @@ pub(crate) fn leaf_value(page: &[u8], i: usize, value_size: usize) -> &[u8] {
     &page[at..at + value_size]
 }
 
-/// The first `n` entries of a leaf in key order, packed back to back.
-pub(crate) fn leaf_entries(page: &[u8], n: usize, value_size: usize) -> Vec<u8> {
+/// The entries of a leaf with the keys numbered `keys` (below its count), in key order,
+/// packed back to back.
+pub(crate) fn leaf_entries(
+    page: &[u8],
+    keys: std::ops::Range<usize>,
+    value_size: usize,
+) -> Vec<u8> {
     if !is_slotted(page) {
-        return page[entry_at(0, value_size)..entry_at(n, value_size)].to_vec();
+        return page[entry_at(keys.start, value_size)..entry_at(keys.end, value_size)].to_vec();
     }
-    let mut out = Vec::with_capacity(n * (8 + value_size));
-    for i in 0..n {
+    let mut out = Vec::with_capacity(keys.len() * (8 + value_size));
+    for i in keys {
         let at = leaf_at(page, i, value_size);
         out.extend_from_slice(&page[at..at + 8 + value_size]);
     }
@@ -193,42 +198,80 @@ pub(crate) fn leaf_search(
     key: u64,
     value_size: usize,
 ) -> std::result::Result<usize, usize> {
-    let (mut lo, mut hi) = (0, count(page));
-    if is_slotted(page) && hi > 0 {
+    let n = count(page);
+    if !is_slotted(page) {
+        let key_at = |i| get_u64(page, entry_at(i, value_size));
+        return search(n, key, key_at, |i| {
+            crate::page::prefetch_at(page, entry_at(i, value_size));
+        });
+    }
+    if n > 0 {
         // Every probe reads its slot first, and the slots are a few lines at the page's
         // end: asked for at once, the probes wait on their entries alone.
-        crate::page::prefetch(&page[slot_at(hi - 1)..]);
+        crate::page::prefetch(&page[slot_at(n - 1)..]);
     }
-    while lo < hi {
-        let mid = (lo + hi) / 2;
-        // As the B+tree's search: the next probe's miss overlaps this one's.
-        if let Some((below, above)) = crate::page::next_probes(lo, mid, hi) {
-            crate::page::prefetch_at(page, leaf_at(page, below, value_size));
-            crate::page::prefetch_at(page, leaf_at(page, above, value_size));
-        }
-        match leaf_key(page, mid, value_size).cmp(&key) {
-            std::cmp::Ordering::Less => lo = mid + 1,
-            std::cmp::Ordering::Greater => hi = mid,
-            std::cmp::Ordering::Equal => return Ok(mid),
-        }
-    }
-    Err(lo)
+    let at = |i| {
+        let e = usize::from(get_u16(page, slot_at(i)));
+        // A damaged slot reads inside the page, not past it; the integrity check names it.
+        entry_at(e, value_size).min(PAGE_SIZE_BYTES - 8 - value_size)
+    };
+    search(
+        n,
+        key,
+        |i| get_u64(page, at(i)),
+        |i| {
+            crate::page::prefetch_at(page, at(i));
+        },
+    )
 }
 
 /// The child of a branch whose range holds `key`.
 pub(crate) fn branch_search(page: &[u8], key: u64) -> usize {
     // Children: number of separators <= key.
-    let (mut lo, mut hi) = (0, count(page));
-    while lo < hi {
-        let mid = (lo + hi) / 2;
-        if branch_key(page, mid) <= key {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
+    match search(count(page), key, |i| branch_key(page, i), |_| {}) {
+        Ok(i) => i + 1,
+        Err(i) => i,
     }
-    lo
 }
+
+/// Binary search of `n` ascending keys read by `key_at`: `Ok(i)` where key `i` is `key`,
+/// else `Err(i)` where it would go. Without a branch on the comparison: random keys make
+/// each one a coin flip, and a mispredicted branch costs more than the select. While it
+/// waits on a probe, `hint` is told the two keys it may probe next, so the load of the
+/// next one has started when it is needed.
+#[inline(always)]
+fn search(
+    n: usize,
+    key: u64,
+    key_at: impl Fn(usize) -> u64,
+    hint: impl Fn(usize),
+) -> std::result::Result<usize, usize> {
+    if n == 0 {
+        return Err(0);
+    }
+    // The last key at or below `key` (if any is) is at `base..base + size`.
+    let (mut base, mut size) = (0, n);
+    while size > 1 {
+        let half = size / 2;
+        let mid = base + half;
+        if size > HINTED_SEARCH_MIN_KEYS {
+            let next_half = (size - half) / 2;
+            hint(base + next_half);
+            hint(mid + next_half);
+        }
+        base = if key_at(mid) <= key { mid } else { base };
+        size -= half;
+    }
+    let found = key_at(base);
+    if found == key {
+        Ok(base)
+    } else {
+        Err(base + usize::from(found < key))
+    }
+}
+
+/// Below this many candidates a search stops hinting: they share a few cache lines.
+const HINTED_SEARCH_MIN_KEYS: usize = 8;
 
 /// The value of `key` in the tree rooted at `root_page`.
 ///
@@ -582,4 +625,24 @@ pub fn last<'a, S: PageSource<'a>>(
         root_page,
         "tree deeper than any valid tree (cycle?)",
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::search;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The branchless search agrees with the standard library's on every key: present,
+        /// between two, below the first and above the last.
+        #[test]
+        fn search_agrees_with_the_slice_binary_search(
+            keys in proptest::collection::btree_set(0u64..1_000, 0..400),
+            probe in 0u64..1_001,
+        ) {
+            let keys: Vec<u64> = keys.into_iter().collect();
+            let found = search(keys.len(), probe, |i| keys[i], |i| assert!(i < keys.len()));
+            prop_assert_eq!(found, keys.binary_search(&probe));
+        }
+    }
 }

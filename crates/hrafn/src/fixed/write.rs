@@ -151,7 +151,7 @@ fn insert_or_redistribute<S: PageStore>(
             // Full: split into packed halves. An insert past the last key keeps the left
             // leaf full (sequential keys fill leaves completely); otherwise half and half.
             let split = if i == n { n } else { n / 2 };
-            let entries = leaf_entries(store.page(leaf)?, n, value_size);
+            let entries = leaf_entries(store.page(leaf)?, 0..n, value_size);
             let right = new_leaf(store, value_size)?;
             let at_split = split * (8 + value_size);
             write_packed(store.page_mut(right)?, &entries[at_split..], n - split);
@@ -233,16 +233,7 @@ fn redistribute<S: PageStore>(
     }
     let range = if on_left { 0..k } else { n - k..n };
     // The moved entries, in key order.
-    let entries: Vec<u8> = {
-        let page = store.page(leaf)?;
-        range
-            .clone()
-            .flat_map(|i| {
-                let at = leaf_at(page, i, value_size);
-                page[at..at + 8 + value_size].iter().copied()
-            })
-            .collect()
-    };
+    let entries = leaf_entries(store.page(leaf)?, range.clone(), value_size);
     // The leaf first: its slots are checked before anything is written, so a damaged leaf
     // leaves both pages as they were.
     remove_keys(store.page_mut(leaf)?, leaf, n, range, value_size)?;

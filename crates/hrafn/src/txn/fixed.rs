@@ -228,7 +228,7 @@ impl<'t, 'env> FixedTreeMut<'t, 'env> {
                 "a one-leaf tree's count differs from its header's",
             ));
         }
-        let entries = fixed::leaf_entries(page, fixed::count(page), value_size);
+        let entries = fixed::leaf_entries(page, 0..fixed::count(page), value_size);
         fixed::write::drop_tree(self.txn, &header)?;
         self.txn.trees[self.index].fixed_append_hint = None;
         self.txn.store_embedded(self.index, entries)
