@@ -255,11 +255,20 @@ fn search(
         let half = size / 2;
         let mid = base + half;
         if size > HINTED_SEARCH_MIN_KEYS {
-            let next_half = (size - half) / 2;
-            hint(base + next_half);
-            hint(mid + next_half);
+            // The keys the next two steps may probe: the next step's were hinted by the
+            // step before this one, except on the first.
+            let next_size = size - half;
+            let next_half = next_size / 2;
+            let after_half = (next_size - next_half) / 2;
+            for b in [base, mid] {
+                if size == n {
+                    hint(b + next_half);
+                }
+                hint(b + after_half);
+                hint(b + next_half + after_half);
+            }
         }
-        base = if key_at(mid) <= key { mid } else { base };
+        base = std::hint::select_unpredictable(key_at(mid) <= key, mid, base);
         size -= half;
     }
     let found = key_at(base);
