@@ -128,17 +128,17 @@ fn insert_or_redistribute<S: PageStore>(
     let (path, leaf) = descend(store, tree, key)?;
     // Copied before the search, as the B+tree's insert does (`locate_writable`): the
     // sequential copy of a cold leaf costs less than the search's misses on it.
-    let page: &[u8] = store.page_mut(leaf)?;
+    let page = store.page_mut(leaf)?;
     let n = count(page);
     let slotted = is_slotted(page);
     match leaf_search(page, key, value_size) {
         Ok(i) => {
             let at = leaf_at(page, i, value_size) + 8;
-            store.page_mut(leaf)?[at..at + value_size].copy_from_slice(value);
+            page[at..at + value_size].copy_from_slice(value);
             return Ok(true);
         }
         Err(i) if has_room(page, n, i, value_size) => {
-            put_entry(store.page_mut(leaf)?, n, i, key, value);
+            put_entry(page, n, i, key, value);
             if i == n && is_rightmost(store, &path)? {
                 *hint = Some(AppendHint { leaf });
             }

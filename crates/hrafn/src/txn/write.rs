@@ -843,12 +843,12 @@ impl PageStore for WriteTxn<'_> {
                 ));
             }
             let buf = PageBuf::copy_of(&source[..PAGE_SIZE_BYTES], &self.env.usage);
-            self.dirty.insert(page_number, buf);
+            return Ok(self.dirty.entry(page_number).or_insert(buf).bytes_mut());
         }
         Ok(self
             .dirty
             .get_mut(&page_number)
-            .expect("inserted above")
+            .expect("dirty: checked above")
             .bytes_mut())
     }
 
