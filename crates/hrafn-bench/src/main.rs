@@ -288,15 +288,28 @@ fn plan(cli: &Cli) -> Result<(Vec<&'static Spec>, Vec<Job>)> {
     let has_engine_rows = engine_rows.clone().next().is_some();
     let second_pass = raw.clone().filter(|_| has_engine_rows);
     let mut jobs = Vec::new();
+    // Rows that ran in turns with the row they are paired with.
+    let mut taken: Vec<&str> = Vec::new();
     for s in raw.chain(engine_rows).chain(second_pass) {
         if s.raw_disk {
             jobs.push((*s, DISK.to_string()));
-        } else {
-            let engines = engines.iter().filter(|e| {
-                (!s.hrafn_only || *e == "hrafn") && !(s.rocksdb_skipped && *e == "rocksdb")
-            });
-            for _ in 0..s.rounds {
-                jobs.extend(engines.clone().map(|e| (*s, e.clone())));
+            continue;
+        }
+        if taken.contains(&s.name) {
+            continue;
+        }
+        let pair = s
+            .paired_with
+            .and_then(|name| specs.iter().find(|t| t.name == name));
+        let turn: Vec<&'static Spec> = std::iter::once(*s).chain(pair.copied()).collect();
+        taken.extend(turn.iter().map(|t| t.name));
+        let rounds = turn.iter().map(|t| t.rounds).max().unwrap_or(1);
+        for round in 0..rounds {
+            for t in turn.iter().filter(|t| round < t.rounds) {
+                let engines = engines.iter().filter(|e| {
+                    (!t.hrafn_only || *e == "hrafn") && !(t.rocksdb_skipped && *e == "rocksdb")
+                });
+                jobs.extend(engines.map(|e| (*t, e.clone())));
             }
         }
     }
@@ -717,6 +730,39 @@ mod tests {
         let cli = Cli::try_parse_from(["x", "--workloads", "journal_bytes", "--engines", "lmdb"])
             .expect("parse");
         assert!(plan(&cli).expect("plan").1.is_empty());
+    }
+
+    #[test]
+    fn paired_rows_take_turns() {
+        let cli = Cli::try_parse_from([
+            "x",
+            "--workloads",
+            "u64_insert_btree,u64_insert_fixed,u64_scan_fixed",
+            "--engines",
+            "hrafn,lmdb",
+        ])
+        .expect("parse");
+        let (_, jobs) = plan(&cli).expect("plan");
+        let names: Vec<(&str, &str)> = jobs.iter().map(|(s, e)| (s.name, e.as_str())).collect();
+        let turn = [
+            ("u64_insert_fixed", "hrafn"),
+            ("u64_insert_fixed", "lmdb"),
+            ("u64_insert_btree", "hrafn"),
+            ("u64_insert_btree", "lmdb"),
+        ];
+        let scan = [("u64_scan_fixed", "hrafn"), ("u64_scan_fixed", "lmdb")];
+        let expected: Vec<(&str, &str)> = [turn, turn, turn]
+            .concat()
+            .into_iter()
+            .chain([scan, scan, scan].concat())
+            .collect();
+        assert_eq!(names, expected);
+        // A row whose pair is not selected runs alone.
+        let cli = Cli::try_parse_from(["x", "--workloads", "u64_get_fixed", "--engines", "hrafn"])
+            .expect("parse");
+        let (_, jobs) = plan(&cli).expect("plan");
+        assert!(jobs.iter().all(|(s, _)| s.name == "u64_get_fixed"));
+        assert_eq!(jobs.len(), 3);
     }
 
     #[test]

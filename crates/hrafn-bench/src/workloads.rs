@@ -46,6 +46,10 @@ pub struct Spec {
     /// short row whose figure moves with the disk's moment-to-moment speed, and for the
     /// CPU-bound rows, whose figure moves with what else the machine's cores are doing.
     pub rounds: u32,
+    /// The row a verdict compares this one with (`u64_insert_fixed` against
+    /// `u64_insert_btree`): when both run, their rounds take turns, so a change in the
+    /// machine's speed during the run does not fall on one side of the ratio.
+    pub paired_with: Option<&'static str>,
 }
 
 const fn row(name: &'static str, group: &'static str, what: &'static str) -> Spec {
@@ -58,6 +62,7 @@ const fn row(name: &'static str, group: &'static str, what: &'static str) -> Spe
         rocksdb_skipped: false,
         limit: None,
         rounds: 1,
+        paired_with: None,
     }
 }
 
@@ -71,6 +76,11 @@ const CPU_ROUNDS: u32 = 3;
 
 const fn cpu(s: Spec) -> Spec {
     rounds(s, CPU_ROUNDS)
+}
+
+const fn paired(mut s: Spec, with: &'static str) -> Spec {
+    s.paired_with = Some(with);
+    s
 }
 
 const fn durable(mut s: Spec, limit: Limit) -> Spec {
@@ -191,21 +201,27 @@ pub const SPECS: &[Spec] = &[
         "range_scan",
         "10k scans of 100 keys from random starts",
     )),
-    cpu(row(
-        "u64_insert_fixed",
-        "u64",
-        "1M random u64 keys -> 16-byte values, 100 txns; hrafn: fixed-size tree",
-    )),
+    paired(
+        cpu(row(
+            "u64_insert_fixed",
+            "u64",
+            "1M random u64 keys -> 16-byte values, 100 txns; hrafn: fixed-size tree",
+        )),
+        "u64_insert_btree",
+    ),
     cpu(row(
         "u64_insert_btree",
         "u64",
         "the same; hrafn: B+tree with 8-byte big-endian keys",
     )),
-    cpu(row(
-        "u64_get_fixed",
-        "u64",
-        "reopen, point-read every key in random order; hrafn: fixed-size tree",
-    )),
+    paired(
+        cpu(row(
+            "u64_get_fixed",
+            "u64",
+            "reopen, point-read every key in random order; hrafn: fixed-size tree",
+        )),
+        "u64_get_btree",
+    ),
     cpu(row(
         "u64_get_btree",
         "u64",
