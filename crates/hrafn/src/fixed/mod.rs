@@ -237,8 +237,9 @@ pub(crate) fn branch_search(page: &[u8], key: u64) -> usize {
 /// Binary search of `n` ascending keys read by `key_at`: `Ok(i)` where key `i` is `key`,
 /// else `Err(i)` where it would go. Without a branch on the comparison: random keys make
 /// each one a coin flip, and a mispredicted branch costs more than the select. While it
-/// waits on a probe, `hint` is told the two keys it may probe next, so the load of the
-/// next one has started when it is needed.
+/// waits on a probe, `hint` is told the keys it may probe in its next two steps, so their
+/// loads have started before they are needed (without the branch, nothing speculates
+/// ahead).
 #[inline(always)]
 fn search(
     n: usize,
@@ -254,7 +255,7 @@ fn search(
     while size > 1 {
         let half = size / 2;
         let mid = base + half;
-        if size > HINTED_SEARCH_MIN_KEYS {
+        if size > crate::page::HINTED_SEARCH_MIN_ENTRIES {
             // The keys the next two steps may probe: the next step's were hinted by the
             // step before this one, except on the first.
             let next_size = size - half;
@@ -278,9 +279,6 @@ fn search(
         Err(base + usize::from(found < key))
     }
 }
-
-/// Below this many candidates a search stops hinting: they share a few cache lines.
-const HINTED_SEARCH_MIN_KEYS: usize = 8;
 
 /// The value of `key` in the tree rooted at `root_page`.
 ///

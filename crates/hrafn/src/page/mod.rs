@@ -21,6 +21,7 @@ use crate::limits::{PAGE_HEADER_SIZE_BYTES, PAGE_SIZE_BYTES};
 
 mod prefetch;
 pub use prefetch::{next_probes, prefetch, prefetch_at};
+pub(crate) use prefetch::HINTED_SEARCH_MIN_ENTRIES;
 
 /// Offset of the checksum field.
 pub const OFFSET_CHECKSUM: usize = 0;

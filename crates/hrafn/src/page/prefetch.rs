@@ -36,7 +36,7 @@ pub fn prefetch_at(bytes: &[u8], at: usize) {
 
 /// Below this many candidates, a binary search stops hinting its next probes: their
 /// entries are close by, and a search of a cached node pays little for the hints.
-const HINTED_SEARCH_MIN_ENTRIES: usize = 8;
+pub(crate) const HINTED_SEARCH_MIN_ENTRIES: usize = 8;
 
 /// The two entries a binary search over `lo..hi` that is probing `mid` may probe next
 /// (the middles of the halves below and above `mid`), for it to hint while it waits on
