@@ -1131,6 +1131,7 @@ fn u64_rows(
             engine.write(f)
         }
     };
+    let inserted = matches!(what, U64::Insert | U64::Append);
     let (elapsed, pages_in_use) = {
         let engine = engines::open(name, dir, false)?;
         let start = Instant::now();
@@ -1145,17 +1146,14 @@ fn u64_rows(
         let elapsed = start.elapsed();
         // Only the insert rows report pages: the check walks every page, and the read
         // rows' fill needs no figure.
-        let inserted = matches!(what, U64::Insert | U64::Append);
-        (
-            elapsed,
-            if inserted {
-                engine.pages_in_use()?
-            } else {
-                None
-            },
-        )
+        let pages = if inserted {
+            engine.pages_in_use()?
+        } else {
+            None
+        };
+        (elapsed, pages)
     };
-    if matches!(what, U64::Insert | U64::Append) {
+    if inserted {
         let mut r = BenchResult::measured(spec.name, name, cfg.scale, n, "entries", elapsed);
         r.pages_in_use = pages_in_use;
         return Ok(r);

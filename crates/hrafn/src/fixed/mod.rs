@@ -137,12 +137,18 @@ pub(crate) fn entry_at(e: usize, value_size: usize) -> usize {
 #[inline(always)]
 pub(crate) fn leaf_at(page: &[u8], i: usize, value_size: usize) -> usize {
     if is_slotted(page) {
-        let e = usize::from(get_u16(page, slot_at(i)));
-        // A damaged slot reads inside the page, not past it; the integrity check names it.
-        entry_at(e, value_size).min(PAGE_SIZE_BYTES - 8 - value_size)
+        slotted_leaf_at(page, i, value_size)
     } else {
         entry_at(i, value_size)
     }
+}
+
+/// [`leaf_at`] for a leaf known to be slotted: the entry slot `i` names.
+#[inline(always)]
+fn slotted_leaf_at(page: &[u8], i: usize, value_size: usize) -> usize {
+    let e = usize::from(get_u16(page, slot_at(i)));
+    // A damaged slot reads inside the page, not past it; the integrity check names it.
+    entry_at(e, value_size).min(PAGE_SIZE_BYTES - 8 - value_size)
 }
 
 /// Key `i` of a leaf.
@@ -210,11 +216,7 @@ pub(crate) fn leaf_search(
         // end: asked for at once, the probes wait on their entries alone.
         crate::page::prefetch(&page[slot_at(n - 1)..]);
     }
-    let at = |i| {
-        let e = usize::from(get_u16(page, slot_at(i)));
-        // A damaged slot reads inside the page, not past it; the integrity check names it.
-        entry_at(e, value_size).min(PAGE_SIZE_BYTES - 8 - value_size)
-    };
+    let at = |i| slotted_leaf_at(page, i, value_size);
     search(
         n,
         key,
