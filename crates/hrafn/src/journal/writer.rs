@@ -249,8 +249,10 @@ pub struct JournalWriter {
     file_size_bytes: u64,
     prev_checksum: u64,
     last_txn_id: u64,
-    compressed: Vec<u8>,
     backoff: CompressionBackoff,
+    /// Records that are compressed, or whose payload is not aligned, are written from
+    /// here. Kept at its largest length (only growth is zero-filled) while [`keep_buffer`]
+    /// says so.
     aligned: Vec<u8>,
     /// Bytes written to journals (records, padding included).
     pub bytes_written: u64,
@@ -307,7 +309,6 @@ impl JournalWriter {
             file_size_bytes,
             prev_checksum,
             last_txn_id,
-            compressed: Vec::new(),
             backoff: CompressionBackoff::default(),
             aligned: Vec::new(),
             bytes_written: 0,
@@ -335,6 +336,17 @@ impl JournalWriter {
     /// Number of the journal being written.
     pub fn journal_number(&self) -> u64 {
         self.journal_number
+    }
+
+    /// Where in `aligned` a 4 KiB-aligned record of a header and `payload_bytes` starts;
+    /// grows the buffer to hold the record and its padding. A new buffer comes zeroed from
+    /// the allocator (`calloc`), so no byte is filled twice.
+    fn aligned_window(&mut self, payload_bytes: usize) -> usize {
+        let needed = record_size_for(payload_bytes) + JOURNAL_ALIGN_BYTES;
+        if self.aligned.len() < needed {
+            self.aligned = vec![0; needed];
+        }
+        self.aligned.as_ptr().align_offset(JOURNAL_ALIGN_BYTES)
     }
 
     /// Whether the current file is at least half full.
@@ -372,63 +384,69 @@ impl JournalWriter {
         // LZ4 when it pays; incompressible payloads (random values) are stored raw. A large
         // payload is probed first so that incompressible data is not compressed in vain,
         // and after records that compressed poorly the next few are not tried (see
-        // `CompressionBackoff`).
-        let compress = worth_compressing(payload) && self.backoff.try_now() && {
-            let max = lz4_flex::block::get_maximum_output_size(payload.len());
-            self.compressed.resize(max, 0);
-            let n = lz4_flex::block::compress_into(payload, &mut self.compressed).map_err(|e| {
-                Error::InvalidArgument(format!("compressing a journal record: {e}"))
-            })?;
-            self.compressed.truncate(n);
-            self.backoff.record(payload.len(), n);
+        // `CompressionBackoff`). It is compressed straight into the aligned buffer the
+        // write goes from.
+        let mut compressed_len = None;
+        // The largest payload the write buffer was asked to hold for this record.
+        let mut window_bytes = 0;
+        if worth_compressing(payload) && self.backoff.try_now() {
+            let max = lz4_flex::block::get_maximum_output_size(payload_len);
+            window_bytes = max;
+            let at = self.aligned_window(max) + RECORD_HEADER_SIZE_BYTES;
+            let n = lz4_flex::block::compress_into(payload, &mut self.aligned[at..at + max])
+                .map_err(|e| {
+                    Error::InvalidArgument(format!("compressing a journal record: {e}"))
+                })?;
+            self.backoff.record(payload_len, n);
             // Only a saved 4 KiB block saves write time; otherwise replay would just pay
             // for decompression.
-            record_size_for(n) < record_size_for(payload.len())
-        };
-        let stored_len = if compress {
-            self.compressed.len()
-        } else {
-            payload.len()
-        };
+            if record_size_for(n) < record_size_for(payload_len) {
+                compressed_len = Some(n);
+            }
+        }
+        let stored_len = compressed_len.unwrap_or(payload_len);
         let record_size = record_size_for(stored_len);
         if self.position_bytes + record_size as u64 > self.file_size_bytes {
             self.rotate(record_size as u64, index)?;
         }
-        let (stored, flags): (&[u8], u32) = if compress {
-            (&self.compressed, FLAG_COMPRESSED)
-        } else {
-            (payload, 0)
-        };
         // Decided after a rotation, which syncs what the old file held.
         let direct = durable
             && self.kind == FileKind::JournalDurable
             && index.lock().buffered_unsynced_txn_id == 0;
+        let flags = if compressed_len.is_some() {
+            FLAG_COMPRESSED
+        } else {
+            0
+        };
         header.flags = if direct { flags } else { flags | FLAG_BUFFERED };
         header.journal_number = self.journal_number;
         header.prev_checksum = self.prev_checksum;
-        header.payload_size_bytes = stored.len() as u64;
+        header.payload_size_bytes = stored_len as u64;
         header.uncompressed_size_bytes = payload_len as u64;
         header.record_size_bytes = record_size as u64;
-        header.payload_checksum = super::record::payload_checksum(stored, header.txn_id);
 
-        let (checksum, block) = if !compress && record.is_aligned() {
+        let in_place = compressed_len.is_none() && record.is_aligned();
+        let (buf, start) = if in_place {
             // Header and padding around the payload where it already lies.
             let start = record.start;
-            let checksum = header.encode(&mut record.buf[start..]);
             record.buf.resize(start + record_size, 0);
-            (checksum, &record.buf[start..])
+            (&mut record.buf, start)
         } else {
-            // An aligned window into a Vec reserved once: no unsafe allocation, no
-            // zero-filling of the whole buffer, one copy of the stored bytes.
-            self.aligned.clear();
-            self.aligned.reserve(record_size + JOURNAL_ALIGN_BYTES);
-            let start = self.aligned.as_ptr().align_offset(JOURNAL_ALIGN_BYTES);
-            self.aligned.resize(start + RECORD_HEADER_SIZE_BYTES, 0);
-            let checksum = header.encode(&mut self.aligned[start..]);
-            self.aligned.extend_from_slice(stored);
-            self.aligned.resize(start + record_size, 0);
-            (checksum, &self.aligned[start..])
+            let start = self.aligned_window(stored_len);
+            window_bytes = window_bytes.max(stored_len);
+            if compressed_len.is_none() {
+                let at = start + RECORD_HEADER_SIZE_BYTES;
+                self.aligned[at..at + payload_len].copy_from_slice(record.payload());
+            }
+            (&mut self.aligned, start)
         };
+        let block = &mut buf[start..start + record_size];
+        let (head, rest) = block.split_at_mut(RECORD_HEADER_SIZE_BYTES);
+        let (stored, padding) = rest.split_at_mut(stored_len);
+        padding.fill(0);
+        header.payload_checksum = super::record::payload_checksum(stored, header.txn_id);
+        let checksum = header.encode(head);
+        let block = &buf[start..start + record_size];
         debug_assert_eq!(block.as_ptr().align_offset(JOURNAL_ALIGN_BYTES), 0);
         let what = |doing: &str| {
             format!(
@@ -472,12 +490,8 @@ impl JournalWriter {
             checksum,
             next_page_number: header.next_page_number,
         };
-        // Large buffers are not kept after a large record.
-        if self.aligned.capacity() > RETAINED_BUFFER_BYTES {
+        if !keep_buffer(self.aligned.len(), window_bytes) {
             self.aligned = Vec::new();
-        }
-        if self.compressed.capacity() > RETAINED_BUFFER_BYTES {
-            self.compressed = Vec::new();
         }
         let mut index = index.lock();
         if self.position_bytes == self.file_size_bytes {
@@ -567,8 +581,18 @@ impl CompressionBackoff {
     }
 }
 
-/// Write buffers larger than this are released after use.
+/// Write buffers up to this size are always kept for the next record.
 const RETAINED_BUFFER_BYTES: usize = 4 << 20;
+
+/// Whether a record buffer of `len_bytes` (what it has touched) is kept for the next
+/// record after this one used `used_bytes` of it. A larger buffer is kept while records
+/// stay larger than [`RETAINED_BUFFER_BYTES`] (a bulk load's, whose commits would otherwise
+/// each fault in, and have the kernel zero, a fresh allocation as large as their record),
+/// and released by the first record below that, so a rare large transaction does not
+/// pin its memory.
+pub(crate) fn keep_buffer(len_bytes: usize, used_bytes: usize) -> bool {
+    len_bytes <= RETAINED_BUFFER_BYTES || used_bytes > RETAINED_BUFFER_BYTES
+}
 
 /// Payloads above this size are probed before being compressed whole.
 const COMPRESSION_PROBE_BYTES: usize = 64 * 1024;
@@ -686,6 +710,98 @@ pub(crate) fn extend_file(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Records of every kind read back as they were given: compressed; stored raw from
+    /// the record's own buffer; stored raw through the write buffer (a payload that
+    /// outgrew its record buffer, and so moved off alignment). Large ones keep the write
+    /// buffer for the next while records stay large; the first small one releases it.
+    #[test]
+    fn records_of_every_kind_read_back_and_large_buffers_last_while_records_are_large() {
+        use crate::error::CorruptionSite;
+        use crate::storage::read_exact_at;
+        use rand::{Rng, SeedableRng};
+
+        let storage: Arc<dyn Storage> = Arc::new(crate::storage::sim::SimStorage::new(1));
+        storage.create_dir("journal").expect("journal directory");
+        let index = parking_lot::Mutex::new(JournalIndex::default());
+        index.lock().file_size_bytes = 64 << 20; // one file holds every record
+        let mut writer =
+            JournalWriter::start(Arc::clone(&storage), true, 64 << 20, 1, 0, 0, &index)
+                .expect("start");
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        let mut random = |len: usize| -> Vec<u8> { (0..len).map(|_| rng.r#gen()).collect() };
+        let compressible = |len: usize| -> Vec<u8> { (0..len).map(|i| (i / 300) as u8).collect() };
+        const MIB: usize = 1 << 20;
+        // (payload, room reserved for it, compressed?, write buffer kept afterwards?)
+        let cases = [
+            (compressible(6 * MIB), 6 * MIB, true, true),
+            (compressible(5 * MIB), 5 * MIB, true, true),
+            (random(6 * MIB), 6 * MIB, false, false),
+            (compressible(9 * MIB), 9 * MIB, true, true),
+            (compressible(20_000), 20_000, true, false),
+            (random(10_000), 10_000, false, false),
+            (random(100_000), 16, false, false),
+        ];
+        for (i, (payload, room, _, kept)) in cases.iter().enumerate() {
+            let mut record = RecordBuf::reusing(Vec::new(), *room);
+            record.encoder().extend_from_slice(payload);
+            let header = RecordHeader {
+                flags: 0,
+                txn_id: i as u64 + 1,
+                journal_number: 0,
+                prev_checksum: 0,
+                payload_size_bytes: 0,
+                uncompressed_size_bytes: 0,
+                record_size_bytes: 0,
+                page_count: 0,
+                next_page_number: 0,
+                root_page: 0,
+                timestamp_ms: 0,
+                payload_checksum: 0,
+                checksum: 0,
+            };
+            writer
+                .append(header, &mut record, true, &index)
+                .expect("append");
+            assert_eq!(
+                writer.aligned.len() > RETAINED_BUFFER_BYTES,
+                *kept,
+                "record {i}: write buffer of {} bytes",
+                writer.aligned.len()
+            );
+        }
+        assert_eq!(writer.journal_number(), 1, "no rotation");
+
+        let file = storage
+            .open(&journal_file_name(1), FileKind::JournalBuffered, false)
+            .expect("open");
+        let site = CorruptionSite::Journal {
+            journal_number: 1,
+            offset_bytes: 0,
+        };
+        let mut offset = 0u64;
+        for (i, (payload, _, compressed, _)) in cases.iter().enumerate() {
+            let mut head = [0u8; RECORD_HEADER_SIZE_BYTES];
+            read_exact_at(&*file, &mut head, offset).expect("read header");
+            let header = RecordHeader::decode(&head, &site).expect("a valid header");
+            assert_eq!(header.txn_id, i as u64 + 1);
+            assert_eq!(header.flags & FLAG_COMPRESSED != 0, *compressed, "record {i}");
+            let mut stored = vec![0u8; header.payload_size_bytes as usize];
+            read_exact_at(&*file, &mut stored, offset + RECORD_HEADER_SIZE_BYTES as u64)
+                .expect("read payload");
+            assert_eq!(
+                super::super::record::payload_checksum(&stored, header.txn_id),
+                header.payload_checksum
+            );
+            let back = if *compressed {
+                lz4_flex::block::decompress(&stored, payload.len()).expect("decompress")
+            } else {
+                stored
+            };
+            assert!(back == *payload, "record {i} reads back as written");
+            offset += header.record_size_bytes;
+        }
+    }
 
     #[test]
     fn compression_backs_off_while_records_compress_poorly_and_recovers() {

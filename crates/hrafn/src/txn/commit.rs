@@ -8,15 +8,15 @@ use super::state::State;
 use crate::env::EnvInner;
 use crate::error::{Error, Result};
 use crate::journal::record::RecordHeader;
-use crate::journal::writer::RecordBuf;
+use crate::journal::writer::{RecordBuf, keep_buffer};
 use crate::scratch::{PageBuf, Ptt, PttEntry};
 use crate::sync::StateCell;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-/// Largest record buffer kept for the next commit. The pages it keeps mapped are those
-/// the largest recent payload reached; past this, a rare huge transaction does not pin
-/// its memory for the environment's life.
+/// Largest record buffer always kept for the next commit (its capacity, reserved for
+/// every page whole; the pages it keeps mapped are those the largest recent payload
+/// reached). A larger one is kept while payloads stay large ([`keep_buffer`]).
 const RECORD_SPARE_CAPACITY_MAX_BYTES: usize = 64 << 20;
 
 /// A transaction sealed and diffed, waiting for its journal write.
@@ -135,7 +135,9 @@ impl Prepared<'_> {
             return Err(error);
         }
         let buf = self.record.take_buf();
-        if buf.capacity() <= RECORD_SPARE_CAPACITY_MAX_BYTES {
+        if buf.capacity() <= RECORD_SPARE_CAPACITY_MAX_BYTES
+            || keep_buffer(buf.capacity(), buf.len())
+        {
             *env.record_spare.lock() = Some(buf);
         }
         let rotated = journal.journal_number() != number_before;
