@@ -331,6 +331,25 @@ fn an_edge_to_an_unknown_node_is_refused_with_its_line() {
     assert!(g.check().expect("check").is_ok());
 }
 
+/// A cell that is not UTF-8 is refused with its line, whether an end, the type or a
+/// property; no edge of the round is stored.
+#[test]
+fn an_edge_cell_that_is_not_utf8_is_refused_with_its_line() {
+    let nodes = "id,label\na,P\nb,P\n";
+    let rows: [&[u8]; 3] = [b"a,\xff,T,2", b"a,b,\xfe,2", b"a,b,T,\xc3"];
+    for row in rows {
+        let mut edges = b"src,dst,type,w\na,b,T,1\n".to_vec();
+        edges.extend_from_slice(row);
+        edges.push(b'\n');
+        let (_dir, g) = open();
+        let r = g.load_csv(nodes.as_bytes(), &edges[..], &mut |_| {});
+        let (line, message) = parse_line(r);
+        assert_eq!(line, 3, "{message}");
+        assert!(message.contains("UTF-8"), "{message}");
+        assert_eq!(counts(&g), (2, 0));
+    }
+}
+
 /// "Calls `progress` after each transaction": a load of one node transaction and one edge
 /// transaction is two transactions, but the call after the last node transaction is
 /// missing (only full 20,000-row batches and the very end report).
