@@ -148,11 +148,6 @@ fn cell_value(cell: &str) -> Option<Value> {
     })
 }
 
-/// A cell as text: what a `StringRecord` would have checked for the whole row.
-fn text(cell: &[u8], line: u64) -> Result<&str> {
-    std::str::from_utf8(cell).map_err(|_| parse_error(line, "a cell is not UTF-8"))
-}
-
 fn parse_error(line: u64, message: impl Into<String>) -> Error {
     Error::Parse {
         line: line as usize,
@@ -367,29 +362,25 @@ impl Graph {
         Pipeline::run(&mut edge_stored, |pipeline| {
             let mut round = Round::default();
             let mut round_start_bytes = 0u64;
-            // One record read into again and again: ten million rows would otherwise be
-            // ten million allocations, on the thread the whole round waits for.
-            let mut record = csv::ByteRecord::new();
-            while reader.read_byte_record(&mut record).map_err(csv_error)? {
+            for record in reader.records() {
+                let record = record.map_err(csv_error)?;
                 let line = record.position().map_or(0, |p| p.line());
                 if record.len() < 3 {
                     return Err(parse_error(line, "an edge row needs src, dst and type"));
                 }
-                let cell = |i: usize| text(&record[i], line);
                 let end = |i: usize| {
-                    let id = cell(i)?;
-                    ids.get(id).ok_or_else(|| {
-                        parse_error(line, format!("no node {id:?} in the node file"))
+                    ids.get(&record[i]).ok_or_else(|| {
+                        parse_error(line, format!("no node {:?} in the node file", &record[i]))
                     })
                 };
                 let (src, dst) = (end(0)?, end(1)?);
                 let mut props = Properties::new();
-                for (i, name) in header.iter().enumerate().take(record.len()).skip(3) {
-                    if let Some(v) = cell_value(cell(i)?) {
+                for (name, cell) in header.iter().zip(record.iter()).skip(3) {
+                    if let Some(v) = cell_value(cell) {
                         props.insert(name.clone(), v);
                     }
                 }
-                round.push(src, dst, cell(2)?, props);
+                round.push(src, dst, &record[2], props);
                 let read = read_bytes();
                 if round.edges.len() == ROUND_EDGES || read - round_start_bytes >= ROUND_BYTES {
                     send_round(self, &mut round, pipeline)?;

@@ -345,7 +345,7 @@ fn an_edge_cell_that_is_not_utf8_is_refused_with_its_line() {
         let r = g.load_csv(nodes.as_bytes(), &edges[..], &mut |_| {});
         let (line, message) = parse_line(r);
         assert_eq!(line, 3, "{message}");
-        assert!(message.contains("UTF-8"), "{message}");
+        assert!(message.to_lowercase().contains("utf"), "{message}");
         assert_eq!(counts(&g), (2, 0));
     }
 }
