@@ -1,7 +1,6 @@
 //! The node file's ids during a load, for resolving the ends of every edge row.
 
 use std::borrow::Borrow;
-use std::collections::hash_map::Entry;
 use std::hash::{Hash, Hasher};
 
 /// Bytes of an id kept inside the table's slot.
@@ -62,49 +61,166 @@ impl Borrow<[u8]> for Key {
 }
 
 /// The stable id of each file id loaded so far.
+///
+/// Ids written as plain decimal numbers (`0`, `42`: no sign, no leading zero; most files
+/// number their nodes) are kept in a vector indexed by their value: a lookup reads one
+/// slot, where a hash table larger than the cache reads its control bytes and then the
+/// slot, two misses per edge end. The vector grows only while it stays about as dense as
+/// the ids claimed, so a file of a few large numbers does not allocate for every number
+/// below them; a decimal id past its end goes to the table, and is found there.
 #[derive(Default)]
 pub(crate) struct IdMap {
+    dense: Vec<u64>,
     ids: rustc_hash::FxHashMap<Key, u64>,
+    claimed: usize,
 }
 
 /// The stable id of a file id claimed and not yet stored.
 const UNSTORED: u64 = u64::MAX;
+/// A slot of the dense vector no id claimed (the id, if any, is in the table).
+const ABSENT: u64 = u64::MAX - 1;
+/// Slots the dense vector may hold beyond twice the ids claimed.
+const DENSE_SLACK: usize = 1 << 10;
+
+/// The value of `id` if it is a plain decimal number of at most nine digits.
+fn decimal(id: &[u8]) -> Option<usize> {
+    if id.is_empty() || id.len() > 9 || (id.len() > 1 && id[0] == b'0') {
+        return None;
+    }
+    id.iter().try_fold(0usize, |n, &b| {
+        b.is_ascii_digit().then(|| n * 10 + usize::from(b - b'0'))
+    })
+}
 
 impl IdMap {
+    /// The dense slot of `id`, if it has one: decimal, within the vector and claimed.
+    fn dense_slot(&self, id: &[u8]) -> Option<usize> {
+        decimal(id).filter(|&n| self.dense.get(n).is_some_and(|&v| v != ABSENT))
+    }
+
     /// Takes `file_id` for a row about to be stored; false if it was taken before.
     pub fn claim(&mut self, file_id: &str) -> bool {
-        match self.ids.entry(Key::new(file_id.as_bytes())) {
-            Entry::Occupied(_) => false,
-            Entry::Vacant(slot) => {
-                slot.insert(UNSTORED);
-                true
+        let bytes = file_id.as_bytes();
+        if self.dense_slot(bytes).is_some() || self.ids.contains_key(bytes) {
+            return false;
+        }
+        self.claimed += 1;
+        let bound = 2 * self.claimed + DENSE_SLACK;
+        match decimal(bytes) {
+            Some(n) if n < bound => {
+                if n >= self.dense.len() {
+                    let len = (n + 1).max(2 * self.dense.len()).min(bound);
+                    self.dense.resize(len, ABSENT);
+                }
+                self.dense[n] = UNSTORED;
+            }
+            _ => {
+                self.ids.insert(Key::new(bytes), UNSTORED);
             }
         }
+        true
     }
 
     /// Gives `file_id` its stable id.
     pub fn insert(&mut self, file_id: &str, id: u64) {
-        debug_assert_ne!(id, UNSTORED);
-        match self.ids.get_mut(file_id.as_bytes()) {
+        debug_assert!(id < ABSENT);
+        let bytes = file_id.as_bytes();
+        if let Some(n) = self.dense_slot(bytes) {
+            self.dense[n] = id;
+            return;
+        }
+        match self.ids.get_mut(bytes) {
             Some(stored) => *stored = id,
             None => {
-                self.ids.insert(Key::new(file_id.as_bytes()), id);
+                self.ids.insert(Key::new(bytes), id);
             }
         }
     }
 
     /// The stable id of `file_id`, if it was stored.
     pub fn get(&self, file_id: &str) -> Option<u64> {
-        self.ids
-            .get(file_id.as_bytes())
-            .copied()
-            .filter(|&id| id != UNSTORED)
+        let bytes = file_id.as_bytes();
+        let stored = match self.dense_slot(bytes) {
+            Some(n) => self.dense[n],
+            None => *self.ids.get(bytes)?,
+        };
+        (stored != UNSTORED).then_some(stored)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_plain_decimal_numbers_are_decimal() {
+        assert_eq!(decimal(b"0"), Some(0));
+        assert_eq!(decimal(b"42"), Some(42));
+        assert_eq!(decimal(b"999999999"), Some(999_999_999));
+        for not in [
+            &b""[..],
+            b"007",
+            b"-1",
+            b"+1",
+            b"1a",
+            b" 1",
+            b"1234567890",
+            b"4.0",
+        ] {
+            assert_eq!(decimal(not), None, "{not:?}");
+        }
+    }
+
+    /// Decimal ids in the vector, others in the table, and a decimal id that went to the
+    /// table before the vector reached it: each resolves, each is claimed once, and a lone
+    /// large number does not grow the vector.
+    #[test]
+    fn decimal_ids_resolve_from_the_vector_or_the_table_and_are_claimed_once() {
+        let mut map = IdMap::default();
+        assert!(map.claim("999999999"));
+        assert!(map.claim("5000"), "past the vector's bound: to the table");
+        assert!(map.dense.is_empty(), "no vector for two large numbers");
+        for i in 0..4_500u64 {
+            assert!(map.claim(&i.to_string()));
+        }
+        assert!(map.dense.len() > 5000, "the vector grew past 5000");
+        assert!(map.dense.len() <= 2 * 4_502 + DENSE_SLACK);
+        for id in ["n1", "007", "-3"] {
+            assert!(map.claim(id));
+        }
+        // Claimed, not stored: not found, and not claimed again.
+        for id in ["0", "4499", "5000", "999999999", "n1", "007", "-3"] {
+            assert_eq!(map.get(id), None, "{id}");
+            assert!(!map.claim(id), "{id} claimed twice");
+        }
+        for i in 0..4_500u64 {
+            map.insert(&i.to_string(), i + 10);
+        }
+        for (id, stable) in [
+            ("5000", 1),
+            ("999999999", 2),
+            ("n1", 3),
+            ("007", 4),
+            ("-3", 5),
+        ] {
+            map.insert(id, stable);
+        }
+        for i in 0..4_500u64 {
+            assert_eq!(map.get(&i.to_string()), Some(i + 10));
+        }
+        for (id, stable) in [
+            ("5000", 1),
+            ("999999999", 2),
+            ("n1", 3),
+            ("007", 4),
+            ("-3", 5),
+        ] {
+            assert_eq!(map.get(id), Some(stable), "{id}");
+        }
+        for unknown in ["4500", "4999", "5001", "n2", "00"] {
+            assert_eq!(map.get(unknown), None, "{unknown}");
+        }
+    }
 
     #[test]
     fn short_and_long_ids_resolve_and_others_do_not() {
