@@ -157,8 +157,8 @@ mod tests {
         assert_eq!(decimal(b"0"), Some(0));
         assert_eq!(decimal(b"42"), Some(42));
         assert_eq!(decimal(b"999999999"), Some(999_999_999));
-        for not in [
-            &b""[..],
+        let not_decimal: [&[u8]; 8] = [
+            b"",
             b"007",
             b"-1",
             b"+1",
@@ -166,8 +166,9 @@ mod tests {
             b" 1",
             b"1234567890",
             b"4.0",
-        ] {
-            assert_eq!(decimal(not), None, "{not:?}");
+        ];
+        for id in not_decimal {
+            assert_eq!(decimal(id), None, "{id:?}");
         }
     }
 
@@ -196,25 +197,21 @@ mod tests {
         for i in 0..4_500u64 {
             map.insert(&i.to_string(), i + 10);
         }
-        for (id, stable) in [
+        // The ids outside the vector, and the stable ids they get.
+        let others = [
             ("5000", 1),
             ("999999999", 2),
             ("n1", 3),
             ("007", 4),
             ("-3", 5),
-        ] {
+        ];
+        for (id, stable) in others {
             map.insert(id, stable);
         }
         for i in 0..4_500u64 {
             assert_eq!(map.get(&i.to_string()), Some(i + 10));
         }
-        for (id, stable) in [
-            ("5000", 1),
-            ("999999999", 2),
-            ("n1", 3),
-            ("007", 4),
-            ("-3", 5),
-        ] {
+        for (id, stable) in others {
             assert_eq!(map.get(id), Some(stable), "{id}");
         }
         for unknown in ["4500", "4999", "5001", "n2", "00"] {
