@@ -584,14 +584,15 @@ impl CompressionBackoff {
 /// Write buffers up to this size are always kept for the next record.
 const RETAINED_BUFFER_BYTES: usize = 4 << 20;
 
-/// Whether a record buffer of `len_bytes` (what it has touched) is kept for the next
-/// record after this one used `used_bytes` of it. A larger buffer is kept while records
-/// stay larger than [`RETAINED_BUFFER_BYTES`] (a bulk load's, whose commits would otherwise
-/// each fault in, and have the kernel zero, a fresh allocation as large as their record),
-/// and released by the first record below that, so a rare large transaction does not
-/// pin its memory.
-pub(crate) fn keep_buffer(len_bytes: usize, used_bytes: usize) -> bool {
-    len_bytes <= RETAINED_BUFFER_BYTES || used_bytes > RETAINED_BUFFER_BYTES
+/// Whether a record buffer of `size_bytes` (its length, or its capacity where the part
+/// it has touched is not known) is kept for the next record after this one used
+/// `used_bytes` of it. One up to [`RETAINED_BUFFER_BYTES`] always is. A larger one is kept
+/// while records stay larger than that (a bulk load's, whose commits would otherwise each
+/// fault in, and have the kernel zero, a fresh allocation as large as their record), and
+/// released by the first record below it, so a rare large transaction does not pin its
+/// memory.
+pub(crate) fn keep_buffer(size_bytes: usize, used_bytes: usize) -> bool {
+    size_bytes <= RETAINED_BUFFER_BYTES || used_bytes > RETAINED_BUFFER_BYTES
 }
 
 /// Payloads above this size are probed before being compressed whole.
