@@ -443,7 +443,11 @@ impl JournalWriter {
         let block = &mut buf[start..start + record_size];
         let (head, rest) = block.split_at_mut(RECORD_HEADER_SIZE_BYTES);
         let (stored, padding) = rest.split_at_mut(stored_len);
-        padding.fill(0);
+        if !in_place {
+            // The kept buffer may hold an older, longer record here; in place, the resize
+            // above wrote these zeros.
+            padding.fill(0);
+        }
         header.payload_checksum = super::record::payload_checksum(stored, header.txn_id);
         let checksum = header.encode(head);
         let block = &buf[start..start + record_size];
