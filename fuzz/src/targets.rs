@@ -339,7 +339,7 @@ fn reseal_records(bytes: &mut [u8], journal_number: u64, chain: bool) {
     use record::offsets as o;
     let mut prev: Option<(u64, u64)> = None; // (txn id, checksum)
     let mut at = 0;
-    while at + RECORD_HEADER_SIZE_BYTES <= bytes.len() {
+    while bytes.len().saturating_sub(at) >= RECORD_HEADER_SIZE_BYTES {
         if bytes[at..at + 8] != RECORD_MAGIC {
             at += JOURNAL_ALIGN_BYTES;
             continue;
@@ -378,10 +378,18 @@ fn reseal_records(bytes: &mut [u8], journal_number: u64, chain: bool) {
         }
         let checksum = h.encode(&mut bytes[at..at + RECORD_HEADER_SIZE_BYTES]);
         prev = Some((h.txn_id, checksum));
+        // Checked: a size just below 2^64 rounds up to 0 when wrapping, and the loop would
+        // re-seal the same record forever.
         let step = usize::try_from(h.record_size_bytes)
-            .unwrap_or(JOURNAL_ALIGN_BYTES)
+            .unwrap_or(usize::MAX)
             .max(JOURNAL_ALIGN_BYTES);
-        at = at.saturating_add(step.next_multiple_of(JOURNAL_ALIGN_BYTES));
+        match step
+            .checked_next_multiple_of(JOURNAL_ALIGN_BYTES)
+            .and_then(|step| at.checked_add(step))
+        {
+            Some(next) => at = next,
+            None => break,
+        }
     }
 }
 

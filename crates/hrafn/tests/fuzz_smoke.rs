@@ -376,6 +376,34 @@ fn ops_crash_smoke() {
     );
 }
 
+/// A re-sealed record whose size field rounds up past 2^64 (here 2^64 - 4095) once made
+/// the re-sealing loop of `recover_journal`'s mode 2 step by zero, forever.
+#[test]
+fn a_record_size_that_wraps_ends_the_resealing() {
+    use hrafn::journal::record::{RECORD_HEADER_SIZE_BYTES, RECORD_MAGIC, offsets};
+    let mut record = vec![0u8; RECORD_HEADER_SIZE_BYTES];
+    record[offsets::MAGIC..offsets::MAGIC + 8].copy_from_slice(&RECORD_MAGIC);
+    record[offsets::PAYLOAD_SIZE..offsets::PAYLOAD_SIZE + 8]
+        .copy_from_slice(&u64::MAX.to_le_bytes());
+    record[offsets::RECORD_SIZE..offsets::RECORD_SIZE + 8]
+        .copy_from_slice(&(u64::MAX - 4094).to_le_bytes());
+    // Mode 2 (overwrite at the journal's record offset, then re-seal), offset 0.
+    let mut input = vec![2u8, 0, 0];
+    input.extend_from_slice(&record);
+    install_hook();
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = std::panic::catch_unwind(|| targets::recover_journal(&input));
+        let _ = done.send(());
+    });
+    assert!(
+        finished
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .is_ok(),
+        "re-sealing did not end"
+    );
+}
+
 /// Inputs that once crashed a target (hex, as the smoke run prints them).
 #[test]
 fn regressions() {
