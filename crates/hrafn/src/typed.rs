@@ -346,7 +346,31 @@ impl<K: Codec, V: Codec> TypedWrite<'_, '_, K, V> {
     }
 }
 
-/// A named multi-value tree with typed keys and values.
+/// A named multi-value tree with typed keys and values: a key maps to a sorted set of
+/// values (here a tag to the ids of the posts that carry it).
+///
+/// ```
+/// use hrafn::typed::{Str, TypedMultiTree, U64Be};
+///
+/// const TAGGED: TypedMultiTree<Str, U64Be> = TypedMultiTree::new("tagged");
+///
+/// # let dir = tempfile::tempdir().unwrap();
+/// let env = hrafn::Environment::open(dir.path(), hrafn::Options::default())?;
+/// let mut wtx = env.begin_write()?;
+/// let mut tagged = TAGGED.open_mut(&mut wtx)?;
+/// for (tag, post) in [("rust", 9), ("db", 3), ("rust", 2), ("rust", 9)] {
+///     tagged.add(tag, &post)?; // false for ("rust", 9) the second time: sets hold a value once
+/// }
+/// drop(tagged);
+/// wtx.commit()?;
+///
+/// let rtx = env.begin_read()?;
+/// let tagged = TAGGED.open(&rtx)?;
+/// let posts: Vec<u64> = tagged.values("rust")?.collect::<hrafn::Result<_>>()?;
+/// assert_eq!(posts, [2, 9]); // in numeric order: big-endian bytes sort as numbers
+/// assert_eq!(tagged.count("db")?, 1);
+/// # Ok::<(), hrafn::Error>(())
+/// ```
 pub struct TypedMultiTree<K, V> {
     name: &'static str,
     codecs: Codecs<K, V>,

@@ -19,6 +19,40 @@ use std::sync::{Arc, Weak};
 /// A named tree, not borrowing any transaction (see [`ReadTxn::tree_handle`] and
 /// [`WriteTxn::tree_handle`]). Bind it to a read transaction with [`TreeHandle::tree`] and
 /// its siblings, to the write transaction with [`TreeHandle::tree_mut`] and its siblings.
+///
+/// A handle borrows nothing, so it can live in a struct beside the transaction it is bound
+/// to, with no lifetime tying the two:
+///
+/// ```
+/// use hrafn::{ReadTxn, TreeHandle};
+///
+/// struct Catalog<'env> {
+///     rtx: ReadTxn<'env>,
+///     prices: TreeHandle,
+/// }
+///
+/// impl Catalog<'_> {
+///     fn price(&self, item: &str) -> hrafn::Result<Option<u64>> {
+///         let prices = self.prices.tree(&self.rtx)?;
+///         Ok(prices
+///             .get(item.as_bytes())?
+///             .map(|v| u64::from_be_bytes(v.try_into().expect("8 bytes"))))
+///     }
+/// }
+///
+/// # let dir = tempfile::tempdir().unwrap();
+/// let env = hrafn::Environment::open(dir.path(), hrafn::Options::default())?;
+/// let mut wtx = env.begin_write()?;
+/// wtx.open_tree("prices")?.insert(b"tea", 4u64.to_be_bytes())?;
+/// wtx.commit()?;
+///
+/// let rtx = env.begin_read()?;
+/// let prices = rtx.tree_handle("prices")?;
+/// let catalog = Catalog { rtx, prices };
+/// assert_eq!(catalog.price("tea")?, Some(4));
+/// assert_eq!(catalog.price("coffee")?, None);
+/// # Ok::<(), hrafn::Error>(())
+/// ```
 #[derive(Clone, Debug)]
 pub struct TreeHandle {
     name: Arc<str>,
