@@ -393,15 +393,13 @@ fn a_record_size_that_wraps_ends_the_resealing() {
     install_hook();
     let (done, finished) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let _ = std::panic::catch_unwind(|| targets::recover_journal(&input));
-        let _ = done.send(());
+        // A panic is reported, not left to end the thread silently.
+        let ran = std::panic::catch_unwind(|| targets::recover_journal(&input));
+        let _ = done.send(ran.is_ok());
     });
-    assert!(
-        finished
-            .recv_timeout(std::time::Duration::from_secs(60))
-            .is_ok(),
-        "re-sealing did not end"
-    );
+    let ended = finished.recv_timeout(std::time::Duration::from_secs(60));
+    assert!(ended.is_ok(), "re-sealing did not end");
+    assert_eq!(ended, Ok(true), "recover_journal panicked");
 }
 
 /// Inputs that once crashed a target (hex, as the smoke run prints them).
