@@ -13,6 +13,7 @@ use crate::fixed;
 use crate::freespace::{count_free, is_free, locate, locate_section, read_entry};
 use crate::meta::{META_PAGE_NUMBER, Meta};
 use crate::page::{PageKind, corrupt, overflow_page_count};
+use crate::table;
 
 /// What [`crate::Environment::check`] found in a healthy environment.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -231,6 +232,8 @@ pub(crate) fn check_observed<'a, S: PageSource<'a>>(
     if meta.root_page != 0 {
         let root = TreeHeader::btree(meta.root_page, meta.tree_count);
         let mut trees = Vec::new();
+        // Records indexed in each global index, summed over the tables that share it.
+        let mut global_records: Vec<(String, table::IndexKind, u64)> = Vec::new();
         walker.owner = Owner::RootTree;
         walk_tree(src, &root, 0, &mut walker, &mut |k, v, _| {
             trees.push((k.to_vec(), TreeHeader::decode(v, meta.root_page)?));
@@ -246,7 +249,7 @@ pub(crate) fn check_observed<'a, S: PageSource<'a>>(
                 walker.report.embedded_tree_count,
             );
             let walked = if header.kind == TreeKind::Table {
-                walk_table(src, header, &trees, &mut walker)
+                walk_table(src, header, &trees, &mut global_records, &mut walker)
             } else {
                 walk_any(src, header, Role::Tree, 0, &mut walker)
             };
@@ -262,6 +265,24 @@ pub(crate) fn check_observed<'a, S: PageSource<'a>>(
                 walker.report.nested_tree_count - nested,
                 walker.report.embedded_tree_count - embedded,
             );
+        }
+        for (name, kind, records) in global_records {
+            let Some((_, tree)) = trees.iter().find(|(n, _)| n == name.as_bytes()) else {
+                return Err(corrupt(
+                    meta.root_page,
+                    format!("global index {name:?} missing"),
+                ));
+            };
+            let entries = index_entries(src, kind, tree)?;
+            if entries != records {
+                return Err(corrupt(
+                    tree.root_page,
+                    format!(
+                        "global index {name:?} holds {entries} entries for the {records} \
+                         records of its tables"
+                    ),
+                ));
+            }
         }
     }
     // Free-space accounting.
@@ -505,9 +526,10 @@ fn walk_table<'a, S: PageSource<'a>>(
     src: S,
     header: &TreeHeader,
     named: &[(Vec<u8>, TreeHeader)],
+    global_records: &mut Vec<(String, table::IndexKind, u64)>,
     walker: &mut Walker<'_>,
 ) -> Result<()> {
-    use crate::table::{self, PAGES_OVERFLOW_RUN, TableView};
+    use crate::table::{PAGES_OVERFLOW_RUN, TableView};
     let root_page = header.root_page;
     let view = TableView::load(src, *header, &mut |index| {
         named
@@ -593,23 +615,15 @@ fn walk_table<'a, S: PageSource<'a>>(
     }
     for (index, tree) in view.schema.indexes.iter().zip(&view.indexes) {
         if index.global {
+            // Checked once every table sharing it is walked: each record of these tables
+            // is in it (above), and nothing else may be.
+            match global_records.iter_mut().find(|(n, ..)| *n == index.name) {
+                Some((_, _, total)) => *total += records,
+                None => global_records.push((index.name.clone(), index.kind, records)),
+            }
             continue;
         }
-        let entries = match index.kind {
-            table::IndexKind::Fixed => tree.entry_count,
-            table::IndexKind::Variable => {
-                let mut values = 0;
-                for key in crate::btree::Range::new(
-                    src,
-                    tree.root_page,
-                    std::ops::Bound::Unbounded,
-                    std::ops::Bound::Unbounded,
-                )? {
-                    values += crate::multi::count(src, tree.root_page, key?.0)?;
-                }
-                values
-            }
-        };
+        let entries = index_entries(src, index.kind, tree)?;
         if entries != records {
             return Err(corrupt(
                 tree.root_page,
@@ -621,6 +635,30 @@ fn walk_table<'a, S: PageSource<'a>>(
         }
     }
     Ok(())
+}
+
+/// Entries of a table index: one per indexed record (a fixed index's keys, or the values
+/// under every key of a variable one).
+fn index_entries<'a, S: PageSource<'a>>(
+    src: S,
+    kind: table::IndexKind,
+    tree: &TreeHeader,
+) -> Result<u64> {
+    Ok(match kind {
+        table::IndexKind::Fixed => tree.entry_count,
+        table::IndexKind::Variable => {
+            let mut values = 0;
+            for key in crate::btree::Range::new(
+                src,
+                tree.root_page,
+                std::ops::Bound::Unbounded,
+                std::ops::Bound::Unbounded,
+            )? {
+                values += crate::multi::count(src, tree.root_page, key?.0)?;
+            }
+            values
+        }
+    })
 }
 
 /// Checks a fixed-size tree: node kinds and value size, keys ascending and inside their

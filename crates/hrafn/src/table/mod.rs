@@ -9,11 +9,12 @@
 //!
 //! A table is a named tree of kind [`crate::btree::TreeKind::Table`]: its root is a small
 //! B+tree holding the table's state, its schema and its nested trees:
-//! - `pages`: a fixed-size tree from each record page (or overflow run) to its live bytes,
-//!   so scans go in id order and a page's density is known without reading it;
+//! - `pages`: a fixed-size tree of the record pages (value 0) and overflow runs (value
+//!   [`PAGES_OVERFLOW_RUN`]), so scans go in id order;
 //! - `candidates`: pages between 15% and 50% full, reused (after compaction) when the
 //!   active page is full; a page below 15% has its survivors moved out and is freed
-//!   (Voron's section policy, with a section of one page);
+//!   (Voron's section policy, with a section of one page). A full active page at most
+//!   half live is compacted and kept: its deletes left room no later release reclaims;
 //! - `pk` and one tree per local index. Global indexes are named trees of their own.
 //!
 //! Moving a record (an update that outgrows its slot, a page compacted or emptied) changes
@@ -148,7 +149,9 @@ pub(crate) fn bump(page: &[u8]) -> usize {
 /// # Errors
 /// [`crate::Error::Corruption`] when the header does not fit the page.
 pub(crate) fn slot_at(page: &[u8], page_number: u64, offset: usize) -> Result<(usize, usize)> {
-    if offset + RECORD_HEADER_BYTES > bump(page).min(PAGE_SIZE_BYTES) {
+    // A damaged allocation mark may lie past the page: bound by the page too.
+    let end = bump(page).min(PAGE_SIZE_BYTES);
+    if offset + RECORD_HEADER_BYTES > end {
         return Err(corrupt(
             page_number,
             "record header past the allocated area",
@@ -156,7 +159,7 @@ pub(crate) fn slot_at(page: &[u8], page_number: u64, offset: usize) -> Result<(u
     }
     let len = usize::from(get_u16(page, offset));
     let slot = usize::from(get_u16(page, offset + 2));
-    if slot < slot_bytes(len) || slot % RECORD_ALIGN_BYTES != 0 || offset + slot > bump(page) {
+    if slot < slot_bytes(len) || slot % RECORD_ALIGN_BYTES != 0 || offset + slot > end {
         return Err(corrupt(page_number, "record slot does not fit its page"));
     }
     Ok((len, slot))
@@ -282,10 +285,16 @@ impl<'a> Record<'a> {
         Some(&self.bytes[at..at + len])
     }
 
-    /// Every field, in order.
+    /// Every field, in order (one pass: `field` per index would be quadratic in the
+    /// field count).
     pub fn fields(&self) -> Vec<&'a [u8]> {
+        let mut at = 2 + 4 * self.field_count;
         (0..self.field_count)
-            .map(|i| self.field(i).expect("index below the count"))
+            .map(|i| {
+                let len = get_u32(self.bytes, 2 + 4 * i) as usize;
+                at += len;
+                &self.bytes[at - len..at]
+            })
             .collect()
     }
 

@@ -7,7 +7,7 @@
 use super::{
     FREE_BELOW_BYTES, IndexKind, PAGES_OVERFLOW_RUN, RECORD_HEADER_BYTES, RECORD_INLINE_MAX_BYTES,
     RECORDS_OFFSET, REUSE_AT_OR_BELOW_BYTES, Record, TableView, bump, encode_record, index_key,
-    live_count, live_offsets, make_id, set_start, slot_at, slot_bytes, split_id,
+    live_count, live_offsets, make_id, set_start, slot_at, slot_bytes, split_id, validate_page,
 };
 use crate::btree::write::{self as tree_write};
 use crate::btree::{self, PageStore, Reading, TreeHeader};
@@ -427,8 +427,9 @@ fn place<S: PageStore>(
     Ok(make_id(page_number, offset))
 }
 
-/// The active page if `slot` bytes fit at its end; else a reuse candidate, compacted; else
-/// a new page. The page chosen becomes the active one.
+/// The active page if `slot` bytes fit at its end, or after compacting it when at most half
+/// of it is live; else a reuse candidate, compacted; else a new page. The page chosen
+/// becomes the active one. Never compacts `avoid`.
 fn page_with_room<S: PageStore>(
     store: &mut S,
     view: &mut TableView,
@@ -436,14 +437,30 @@ fn page_with_room<S: PageStore>(
     avoid: Option<u64>,
 ) -> Result<u64> {
     let active = view.active_page;
-    if active != 0 && Some(active) != avoid && bump(store.page(active)?) + slot <= PAGE_SIZE_BYTES {
-        return Ok(active);
+    if active != 0 && Some(active) != avoid {
+        // Records are written at the page's allocation mark: a damaged page (or state
+        // naming another tree's page) must be an error, not a write out of place.
+        let page = store.page(active)?;
+        validate_page(page, active, view.tag)?;
+        if bump(page) + slot <= PAGE_SIZE_BYTES {
+            return Ok(active);
+        }
+        // Records deleted while the page was active left room no later release would
+        // reclaim once it is left behind (a page at 1% live would stay so): compact it
+        // and keep filling it.
+        if live_bytes(page) <= REUSE_AT_OR_BELOW_BYTES {
+            compact(store, view, active)?;
+            if bump(store.page(active)?) + slot <= PAGE_SIZE_BYTES {
+                return Ok(active);
+            }
+        }
     }
     let candidate = fixed::FixedRange::new(Reading(store), view.candidates.root_page, 0, ..)?
         .find(|entry| !matches!(entry, Ok((page, _)) if Some(*page) == avoid))
         .transpose()?
         .map(|(page, _)| page);
     if let Some(page_number) = candidate {
+        validate_page(store.page(page_number)?, page_number, view.tag)?;
         fixed::write::remove(store, &mut view.candidates, page_number)?;
         compact(store, view, page_number)?;
         if bump(store.page(page_number)?) + slot <= PAGE_SIZE_BYTES {
@@ -513,9 +530,15 @@ fn release<S: PageStore>(store: &mut S, view: &mut TableView, id: u64) -> Result
     }
     let page = store.page_mut(page_number)?;
     let (_, slot) = slot_at(page, page_number, offset)?;
+    let (Some(count), Some(live)) = (
+        live_count(page).checked_sub(1),
+        live_bytes(page).checked_sub(slot),
+    ) else {
+        return Err(corrupt(page_number, "record page counts below its records"));
+    };
     set_start(page, offset, false);
-    put_u16(page, OFFSET_ENTRY_COUNT, (live_count(page) - 1) as u16);
-    put_u16(page, OFFSET_FREE_UPPER, (live_bytes(page) - slot) as u16);
+    put_u16(page, OFFSET_ENTRY_COUNT, count as u16);
+    put_u16(page, OFFSET_FREE_UPPER, live as u16);
     if offset + slot == bump(page) {
         put_u16(page, OFFSET_FREE_LOWER, offset as u16); // the last slot: reuse its room
     }

@@ -126,6 +126,8 @@ impl<'env> WriteTxn<'env> {
                         });
                     }
                     Some(_) => {
+                        // Refusals first: the migration changes pages from its first step.
+                        self.check_global_names(name, schema)?;
                         let migrated = self.migrate(name, header, &stored, schema);
                         self.fail_on_error(migrated)?
                     }
@@ -164,9 +166,9 @@ impl<'env> WriteTxn<'env> {
         })
     }
 
-    fn create_table(&mut self, name: &str, schema: &Schema) -> Result<TableView> {
-        // Refuse before allocating anything: a global index may not take the table's own
-        // name, nor a name held by a tree of another kind.
+    /// Refuses global index names that cannot work: the table's own, or one held by a
+    /// tree of another kind.
+    fn check_global_names(&mut self, name: &str, schema: &Schema) -> Result<()> {
         for index in schema.indexes.iter().filter(|i| i.global) {
             if index.name == name {
                 return Err(Error::InvalidArgument(format!(
@@ -178,6 +180,12 @@ impl<'env> WriteTxn<'env> {
                 existing.expect_kind(&index.name, index_tree_kind(index.kind))?;
             }
         }
+        Ok(())
+    }
+
+    fn create_table(&mut self, name: &str, schema: &Schema) -> Result<TableView> {
+        // Refuse before allocating anything.
+        self.check_global_names(name, schema)?;
         let mut header = TreeHeader {
             kind: TreeKind::Table,
             ..tree_write::create(self)?
@@ -525,7 +533,8 @@ impl<'env> TableMut<'_, 'env> {
     }
 
     /// The ids under `key` in index `index`, ascending (for a fixed index, `key` is the
-    /// field's 8 bytes).
+    /// field's 8 bytes). A global index answers with the ids of every table sharing it;
+    /// `get` on this table is `None` for another table's id.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for an unknown index; corruption.
@@ -683,7 +692,8 @@ impl<'t> Table<'t> {
     }
 
     /// The ids under `key` in index `index`, ascending (for a fixed index, `key` is the
-    /// field's 8 bytes).
+    /// field's 8 bytes). A global index answers with the ids of every table sharing it;
+    /// `get` on this table is `None` for another table's id.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for an unknown index; corruption.
@@ -692,7 +702,7 @@ impl<'t> Table<'t> {
     }
 
     /// `(index key, id)` pairs of a variable index with keys in `range`, in key order, then
-    /// id order.
+    /// id order (of every table sharing it, for a global index).
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for an unknown or fixed index; corruption.
@@ -713,7 +723,8 @@ impl<'t> Table<'t> {
         Ok(out)
     }
 
-    /// `(key, id)` pairs of a fixed index with numbers in `range`, ascending.
+    /// `(key, id)` pairs of a fixed index with numbers in `range`, ascending (of every
+    /// table sharing it, for a global index).
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for an unknown or variable index; corruption.
