@@ -387,10 +387,12 @@ impl<'env> GraphWriter<'_, 'env> {
     /// # Errors
     /// [`Error::NoSuchNode`]; as [`GraphWriter::add_node`].
     pub fn update_node(&mut self, id: u64, label: &str, properties: &Properties) -> Result<()> {
+        // Refused before anything is written: a caller going on after the error must
+        // not commit the old index entries removed and the new ones missing.
         check_name(label)?;
+        let props = encode(properties)?;
         let old = self.node(id)?.ok_or(Error::NoSuchNode(id))?;
         self.index_node(id, &old.label, &old.properties, false)?;
-        let props = encode(properties)?;
         let (mut nodes, record) = self.located(NODES, &node_schema(), id)?;
         nodes.update(record, &[&id.to_be_bytes(), label.as_bytes(), &props])?;
         self.index_node(id, label, properties, true)

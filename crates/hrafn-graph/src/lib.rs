@@ -20,5 +20,5 @@ pub use graph::{
 };
 pub use load::{LoadProgress, LoadReport};
 pub use pattern::Pattern;
-pub use traverse::{PARALLEL_LEVEL_MIN_NODES, Traversal};
+pub use traverse::{LEVEL_THREADS_MAX, PARALLEL_LEVEL_MIN_NODES, Traversal};
 pub use value::{Properties, Value};

@@ -26,7 +26,7 @@ use crate::error::{Error, Result};
 use crate::graph::Graph;
 use crate::ids::IdMap;
 use crate::pipeline::{Pipeline, Turn};
-use crate::value::{Properties, Value};
+use crate::value::{Properties, Value, check_name};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::io::Read;
@@ -208,7 +208,41 @@ fn open_csv<R: Read>(
             ),
         ));
     }
+    // A second column of a name would silently replace the first one's values.
+    let mut names = std::collections::HashSet::new();
+    if let Some(twice) = header[expected.len()..]
+        .iter()
+        .find(|h| !h.is_empty() && !names.insert(h.as_str()))
+    {
+        return Err(parse_error(
+            1,
+            format!("the {what} file names column {twice:?} twice"),
+        ));
+    }
     Ok((reader, header))
+}
+
+/// The properties of a row's cells after the first `skip`, named by `header`; an empty
+/// cell sets nothing.
+///
+/// # Errors
+/// [`Error::Parse`] at `line` for a value under a column whose name cannot be a property
+/// name (empty, too long, a NUL): found here, the row's line is still known.
+fn row_properties(
+    header: &[String],
+    record: &csv::StringRecord,
+    skip: usize,
+    line: u64,
+) -> Result<Properties> {
+    let mut props = Properties::new();
+    for (name, cell) in header.iter().zip(record.iter()).skip(skip) {
+        if let Some(v) = cell_value(cell) {
+            check_name(name)
+                .map_err(|_| parse_error(line, format!("a value under column {name:?}")))?;
+            props.insert(name.clone(), v);
+        }
+    }
+    Ok(props)
 }
 
 /// A node row: its file id, label and properties.
@@ -278,11 +312,13 @@ impl Graph {
     /// after each transaction.
     ///
     /// # Errors
-    /// [`Error::Parse`] with the line for a bad header, a short row, a node id given twice
-    /// or an edge naming a node the node file does not have: what earlier transactions
-    /// stored stays (the nodes, and the edges of earlier rounds), the rows of the round
-    /// being read are not stored. Engine errors: the transactions before the failing one
-    /// stay, and those already handed to the writer with them.
+    /// [`Error::Parse`] with the line for a bad header (a property column named twice, or
+    /// a node file's column named `_id`, included), a short row, a node id given twice,
+    /// an edge naming a node the node file does not have, or a label, edge type or
+    /// property column name that cannot be stored (empty, over 255 bytes, a NUL): what
+    /// earlier transactions stored stays (the nodes, and the edges of earlier rounds),
+    /// the rows of the round being read are not stored. Engine errors: the transactions
+    /// before the failing one stay, and those already handed to the writer with them.
     pub fn load_csv(
         &self,
         nodes: impl Read,
@@ -295,6 +331,13 @@ impl Graph {
         let mut at = LoadProgress::default();
 
         let (mut reader, header) = open_csv(nodes, &bytes, &["id", "label"], "node")?;
+        // A column of that name would replace the file id the load keeps there.
+        if header[2..].iter().any(|h| h == EXTERNAL_ID_PROPERTY) {
+            return Err(parse_error(
+                1,
+                format!("the node file's columns may not include {EXTERNAL_ID_PROPERTY}"),
+            ));
+        }
         // The edge rows' ends are resolved here, not in the caller's map (see `IdMap`). It
         // also finds a node id given twice: a row read takes its id (`IdMap::claim`) and
         // gets its stable id once stored.
@@ -319,16 +362,14 @@ impl Graph {
                 if record.len() < 2 {
                     return Err(parse_error(line, "a node row needs an id and a label"));
                 }
-                let mut props = Properties::new();
+                // Checked here, with the line known, not in the transaction.
+                check_name(&record[1])
+                    .map_err(|_| parse_error(line, format!("invalid label {:?}", &record[1])))?;
+                let mut props = row_properties(&header, &record, 2, line)?;
                 props.insert(
                     EXTERNAL_ID_PROPERTY.into(),
                     Value::Text(record[0].to_string()),
                 );
-                for (name, cell) in header.iter().zip(record.iter()).skip(2) {
-                    if let Some(v) = cell_value(cell) {
-                        props.insert(name.clone(), v);
-                    }
-                }
                 if !ids.borrow_mut().claim(&record[0]) {
                     return Err(parse_error(
                         line,
@@ -374,12 +415,10 @@ impl Graph {
                     })
                 };
                 let (src, dst) = (end(0)?, end(1)?);
-                let mut props = Properties::new();
-                for (name, cell) in header.iter().zip(record.iter()).skip(3) {
-                    if let Some(v) = cell_value(cell) {
-                        props.insert(name.clone(), v);
-                    }
-                }
+                check_name(&record[2]).map_err(|_| {
+                    parse_error(line, format!("invalid edge type {:?}", &record[2]))
+                })?;
+                let props = row_properties(&header, &record, 3, line)?;
                 round.push(src, dst, &record[2], props);
                 let read = read_bytes();
                 if round.edges.len() == ROUND_EDGES || read - round_start_bytes >= ROUND_BYTES {

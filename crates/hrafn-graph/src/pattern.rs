@@ -64,7 +64,7 @@ impl Pattern {
         self.nodes.len()
     }
 
-    /// Always false: a pattern has a node.
+    /// True only for [`Pattern::default`], which has no node and matches nothing.
     pub fn is_empty(&self) -> bool {
         self.nodes.is_empty()
     }
@@ -122,6 +122,10 @@ impl GraphRead<'_> {
     /// # Errors
     /// Engine and corruption errors.
     pub fn match_pattern(&self, pattern: &Pattern, limit: Option<usize>) -> Result<Vec<Vec<u64>>> {
+        // `Pattern::default()` has no node to anchor on.
+        if pattern.nodes.is_empty() {
+            return Ok(Vec::new());
+        }
         let mut best = (u8::MAX, 0usize, None);
         for (i, p) in pattern.nodes.iter().enumerate() {
             let (rank, ids) = self.anchor_candidates(p)?;

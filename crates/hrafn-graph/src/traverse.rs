@@ -19,6 +19,11 @@ use std::collections::BinaryHeap;
 /// threads costs more than they save.
 pub const PARALLEL_LEVEL_MIN_NODES: usize = 512;
 
+/// The most threads a level is split across, whatever [`Traversal::threads`] asks: a
+/// thread per node of a large level exhausts the process's threads or memory, and the
+/// process aborts.
+pub const LEVEL_THREADS_MAX: usize = 64;
+
 /// How a traversal walks: which way, along which edge types, how deep, through which nodes.
 pub struct Traversal<'f> {
     /// Which way edges are followed.
@@ -31,7 +36,8 @@ pub struct Traversal<'f> {
     pub node_filter: Option<&'f (dyn Fn(&Node) -> bool + Sync)>,
     /// Edges the walk may follow.
     pub edge_filter: Option<&'f (dyn Fn(&Neighbour) -> bool + Sync)>,
-    /// Threads a breadth-first level is split across (1: the calling thread only).
+    /// Threads a breadth-first level is split across (1: the calling thread only; at most
+    /// [`LEVEL_THREADS_MAX`]).
     pub threads: usize,
 }
 
@@ -80,9 +86,9 @@ impl<'f> Traversal<'f> {
     }
 
     /// Splits each breadth-first level of at least [`PARALLEL_LEVEL_MIN_NODES`] nodes
-    /// across `threads` threads (breadth-first walks, k-hop neighbourhoods and unweighted
-    /// shortest paths; results are the same as with one). Depth-first and weighted walks
-    /// stay on one thread.
+    /// across `threads` threads, at most [`LEVEL_THREADS_MAX`] (breadth-first walks, k-hop
+    /// neighbourhoods and unweighted shortest paths; results are the same as with one).
+    /// Depth-first and weighted walks stay on one thread.
     pub fn threads(mut self, threads: usize) -> Self {
         self.threads = threads.max(1);
         self
@@ -152,13 +158,18 @@ impl GraphRead<'_> {
             if t.threads > 1 && frontier.len() >= PARALLEL_LEVEL_MIN_NODES {
                 // Parts gather candidates while `seen` is only read, then they are taken
                 // in part order: what one thread would have taken, in the same order.
-                let part = frontier.len().div_ceil(t.threads);
+                let part = frontier.len().div_ceil(t.threads.min(LEVEL_THREADS_MAX));
                 let shared = &seen;
                 let parts = std::thread::scope(|scope| {
-                    let handles: Vec<_> = frontier
+                    // A thread the system refuses is an error, not a panic; the scope
+                    // joins those already started.
+                    let handles = frontier
                         .chunks(part)
-                        .map(|ids| scope.spawn(move || self.candidates(ids, shared, t)))
-                        .collect();
+                        .map(|ids| {
+                            std::thread::Builder::new()
+                                .spawn_scoped(scope, move || self.candidates(ids, shared, t))
+                        })
+                        .collect::<std::io::Result<Vec<_>>>()?;
                     handles
                         .into_iter()
                         // A panic in a part is a bug: pass it on, as one thread would.
@@ -228,8 +239,10 @@ impl GraphRead<'_> {
         Ok(out)
     }
 
-    /// Depth-first from `start` (neighbours in the order [`GraphRead::neighbours`] gives):
-    /// each reached node with its depth in the walk, in visiting order. Each node is
+    /// Depth-first from `start`, neighbours in the order [`GraphRead::for_each_neighbour`]
+    /// gives (for [`Direction::Both`] the outgoing ones, then the incoming ones), type by
+    /// type in the order the traversal's `edge_types` lists them when it lists any: each
+    /// reached node with its depth in the walk, in visiting order. Each node is
     /// visited once, where the walk first reaches it, so with a depth limit a node first
     /// reached at the limit along a long branch is not expanded again from a shorter one:
     /// the walk may miss nodes within that distance of the start. For every node within a
@@ -333,10 +346,14 @@ impl GraphRead<'_> {
         }
         impl Ord for Entry {
             fn cmp(&self, other: &Self) -> Ordering {
-                // Smallest distance first; ties by id for a deterministic result.
+                // Smallest distance first, then fewest hops: with a depth limit a state
+                // reached around a zero-weight cycle ties with the one without it, and
+                // must not come first (its path repeats a node). Then by id, for a
+                // deterministic result.
                 other
                     .0
                     .total_cmp(&self.0)
+                    .then_with(|| other.2.cmp(&self.2))
                     .then_with(|| other.1.cmp(&self.1))
             }
         }

@@ -1,0 +1,556 @@
+//! Edge cases of the graph store: ids after deletes and reopens, records that move,
+//! self-loops and parallel edges, refused writes that must leave nothing behind, queries
+//! with odd names, traversals at their corners, patterns and CSV input of unusual shapes.
+
+use hrafn::{Durability, Options};
+use hrafn_graph::pattern::Pattern;
+use hrafn_graph::{DeleteMode, Direction, Error, Graph, Properties, Traversal, Value};
+
+fn open_at(path: &std::path::Path) -> Graph {
+    Graph::open(path, Options::default().durability(Durability::None)).expect("open")
+}
+
+fn open() -> (tempfile::TempDir, Graph) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let g = open_at(dir.path());
+    (dir, g)
+}
+
+fn props(pairs: &[(&str, Value)]) -> Properties {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect()
+}
+
+fn none() -> Properties {
+    Properties::new()
+}
+
+fn assert_sound(g: &Graph) {
+    let report = g.check().expect("check");
+    assert!(report.is_ok(), "{:?}", report.problems);
+}
+
+#[test]
+fn an_empty_pattern_matches_nothing_instead_of_panicking() {
+    let (_dir, g) = open();
+    g.write(|w| w.add_node("P", &none())).expect("write");
+    let got = g.read(|r| r.match_pattern(&Pattern::default(), None));
+    assert!(matches!(got.as_deref(), Ok([])), "{got:?}");
+}
+
+#[test]
+fn a_refused_update_leaves_the_property_index_whole() {
+    let (_dir, g) = open();
+    let id = g
+        .write(|w| {
+            w.create_property_index("P", "name")?;
+            w.add_node("P", &props(&[("name", Value::from("a"))]))
+        })
+        .expect("write");
+    // The caller goes on after the refusal and commits.
+    g.write(|w| {
+        let bad = props(&[("name", Value::from("b")), ("", Value::Null)]);
+        assert!(matches!(
+            w.update_node(id, "P", &bad),
+            Err(Error::InvalidName(_))
+        ));
+        Ok(())
+    })
+    .expect("write");
+    let found = g
+        .read(|r| r.find_nodes("P", "name", &Value::from("a")))
+        .expect("find");
+    assert_eq!(found, vec![id]);
+    assert_sound(&g);
+}
+
+#[test]
+fn odd_names_in_queries_are_answered_or_refused_without_panicking() {
+    let (_dir, g) = open();
+    let a = g
+        .write(|w| {
+            let a = w.add_node("P", &props(&[("k", Value::Int(1))]))?;
+            w.add_edge(a, a, "T", &none())?;
+            Ok(a)
+        })
+        .expect("write");
+    let long = "x".repeat(5000);
+    for name in ["", "\0", "é\u{1F980}", long.as_str()] {
+        let r = g.read(|r| {
+            let _ = r.nodes_with_label(name);
+            let _ = r.find_nodes(name, name, &Value::from(name));
+            let _ = r.has_property_index(name, name);
+            let _ = r.neighbours(a, Direction::Both, Some(name));
+            let _ = r.degree(a, Direction::Both, Some(name));
+            let _ = r.bfs(a, &Traversal::default().edge_types(&[name]));
+            let _ = r.match_pattern(
+                &Pattern::start(Some(name), &[(name, Value::Null)]).then(
+                    Some(name),
+                    Direction::Both,
+                    Some(name),
+                    &[],
+                ),
+                None,
+            );
+            Ok(())
+        });
+        assert!(r.is_ok(), "{r:?}");
+    }
+}
+
+#[test]
+fn ids_are_not_reused_after_deletes_and_a_reopen() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (a, b, e) = {
+        let g = open_at(dir.path());
+        let ids = g
+            .write(|w| {
+                let a = w.add_node("P", &none())?;
+                let b = w.add_node("P", &none())?;
+                let e = w.add_edge(a, b, "T", &none())?;
+                Ok((a, b, e))
+            })
+            .expect("write");
+        // The newest of each goes, so a counter recomputed from what is left would
+        // hand them out again.
+        g.write(|w| w.delete_node(ids.1, DeleteMode::Cascade))
+            .expect("delete");
+        ids
+    };
+    let g = open_at(dir.path());
+    let (c, e2) = g
+        .write(|w| {
+            let c = w.add_node("P", &none())?;
+            let e2 = w.add_edge(a, c, "T", &none())?;
+            Ok((c, e2))
+        })
+        .expect("write");
+    assert!(c > b && e2 > e, "node {c} after {b}, edge {e2} after {e}");
+    g.read(|r| {
+        assert_eq!(r.node(b)?, None);
+        assert_eq!(r.edge(e)?, None);
+        assert_eq!(r.edge(e2)?.map(|x| x.destination), Some(c));
+        Ok(())
+    })
+    .expect("read");
+    // A rolled-back transaction gives its ids back: only committed ones count.
+    let failed = g.write(|w| {
+        w.add_node("P", &none())?;
+        Err::<(), _>(Error::NoSuchNode(0))
+    });
+    assert!(failed.is_err());
+    let d = g.write(|w| w.add_node("P", &none())).expect("write");
+    assert_eq!(d, c + 1);
+    assert_sound(&g);
+}
+
+/// Records grown past their slot move; their stable ids, edges and index entries follow.
+#[test]
+fn records_that_move_keep_their_ids_edges_and_index_entries() {
+    let (_dir, g) = open();
+    let ids: Vec<u64> = g
+        .write(|w| {
+            w.create_property_index("P", "k")?;
+            let ids = (0..200)
+                .map(|i| w.add_node("P", &props(&[("k", Value::Int(i))])))
+                .collect::<hrafn_graph::Result<Vec<u64>>>()?;
+            for pair in ids.windows(2) {
+                w.add_edge(pair[0], pair[1], "NEXT", &props(&[("w", Value::Int(1))]))?;
+            }
+            Ok(ids)
+        })
+        .expect("write");
+    let before: Vec<Option<u64>> = g
+        .read(|r| ids.iter().map(|&id| r.node_location(id)).collect())
+        .expect("read");
+    let big = Value::Bytes(vec![7; 6000]);
+    g.write(|w| {
+        for (i, &id) in ids.iter().enumerate().step_by(2) {
+            let p = props(&[("k", Value::Int(i as i64 + 1000)), ("pad", big.clone())]);
+            w.update_node(id, "P", &p)?;
+        }
+        for e in 1..=ids.len() as u64 / 2 {
+            w.update_edge(e, &props(&[("pad", big.clone())]))?;
+        }
+        Ok(())
+    })
+    .expect("update");
+    g.read(|r| {
+        let moved = ids
+            .iter()
+            .zip(&before)
+            .filter(|&(&id, was)| r.node_location(id).ok().as_ref() != Some(was))
+            .count();
+        assert!(moved > 0, "no record moved: the test tests nothing");
+        for (i, &id) in ids.iter().enumerate() {
+            let node = r.node(id)?.expect("node");
+            let k = if i % 2 == 0 {
+                i as i64 + 1000
+            } else {
+                i as i64
+            };
+            assert_eq!(node.properties.get("k"), Some(&Value::Int(k)));
+            assert_eq!(r.find_nodes("P", "k", &Value::Int(k))?, vec![id]);
+            if i + 1 < ids.len() {
+                let out = r.neighbours(id, Direction::Out, None)?;
+                assert_eq!(out.len(), 1);
+                assert_eq!(out[0].node, ids[i + 1]);
+                let e = r.edge(out[0].edge)?.expect("edge");
+                assert_eq!((e.source, e.destination), (id, ids[i + 1]));
+            }
+        }
+        assert_eq!(r.find_nodes("P", "k", &Value::Int(0))?, Vec::<u64>::new());
+        Ok(())
+    })
+    .expect("read");
+    // Deleting moved nodes takes their edges, found through the moved edge records.
+    g.write(|w| {
+        for &id in ids.iter().step_by(4) {
+            assert!(w.delete_node(id, DeleteMode::Cascade)?);
+        }
+        Ok(())
+    })
+    .expect("delete");
+    assert_sound(&g);
+}
+
+#[test]
+fn self_loops_parallel_edges_and_double_deletes() {
+    let (_dir, g) = open();
+    let (a, b, loop_edge, p1, p2) = g
+        .write(|w| {
+            let a = w.add_node("P", &none())?;
+            let b = w.add_node("P", &none())?;
+            let l = w.add_edge(a, a, "T", &none())?;
+            let p1 = w.add_edge(a, b, "T", &none())?;
+            let p2 = w.add_edge(a, b, "T", &none())?;
+            Ok((a, b, l, p1, p2))
+        })
+        .expect("write");
+    g.write(|w| {
+        assert!(w.delete_edge(p1)?);
+        // Twice in one transaction, and the parallel edge stays.
+        assert!(!w.delete_edge(p1)?);
+        Ok(())
+    })
+    .expect("write");
+    assert!(!g.write(|w| w.delete_edge(p1)).expect("again"));
+    g.read(|r| {
+        let out = r.neighbours(a, Direction::Out, Some("T"))?;
+        let edges: Vec<u64> = out.iter().map(|n| n.edge).collect();
+        assert_eq!(edges, vec![loop_edge, p2]);
+        assert_eq!(r.degree(b, Direction::In, Some("T"))?, 1);
+        assert_eq!(r.k_hop(a, 3, &Traversal::default())?, vec![b]);
+        assert_eq!(r.shortest_path(a, a, &Traversal::default())?, Some(vec![a]));
+        Ok(())
+    })
+    .expect("read");
+    assert!(g.write(|w| w.delete_edge(loop_edge)).expect("loop"));
+    g.read(|r| {
+        assert!(r.neighbours(a, Direction::In, None)?.is_empty());
+        Ok(())
+    })
+    .expect("read");
+    // Refused with the one edge left, then cascaded.
+    match g.write(|w| w.delete_node(b, DeleteMode::Refuse)) {
+        Err(Error::NodeHasEdges { node, edges }) => assert_eq!((node, edges), (b, 1)),
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        g.write(|w| w.delete_node(b, DeleteMode::Cascade))
+            .expect("cascade")
+    );
+    g.read(|r| {
+        assert_eq!(r.edge(p2)?, None);
+        assert!(r.neighbours(a, Direction::Both, None)?.is_empty());
+        Ok(())
+    })
+    .expect("read");
+    assert_sound(&g);
+}
+
+/// Zero-weight cycles tie with the direct path: the one returned has no repeated node.
+#[test]
+fn weighted_paths_through_zero_weight_cycles_repeat_no_node() {
+    let (_dir, g) = open();
+    let (a, b, t) = g
+        .write(|w| {
+            let a = w.add_node("P", &none())?;
+            let b = w.add_node("P", &none())?;
+            let t = w.add_node("P", &none())?;
+            let zero = props(&[("w", Value::Float(0.0))]);
+            w.add_edge(a, b, "T", &zero)?;
+            w.add_edge(b, a, "T", &zero)?;
+            w.add_edge(a, t, "T", &props(&[("w", Value::Int(1))]))?;
+            Ok((a, b, t))
+        })
+        .expect("write");
+    g.read(|r| {
+        for depth in [None, Some(1), Some(3), Some(5), Some(8)] {
+            let tr = Traversal {
+                max_depth: depth,
+                ..Traversal::default()
+            };
+            let got = r.shortest_path_weighted(a, t, "w", &tr)?;
+            assert_eq!(got, Some((vec![a, t], 1.0)), "depth {depth:?}");
+            assert_eq!(
+                r.shortest_path_weighted(b, t, "w", &tr)?.map(|p| p.0),
+                if depth == Some(1) {
+                    None
+                } else {
+                    Some(vec![b, a, t])
+                },
+                "depth {depth:?}"
+            );
+        }
+        Ok(())
+    })
+    .expect("read");
+}
+
+/// Weights that are not plain positive numbers: NaN, negative, infinite, text.
+#[test]
+fn weighted_paths_with_odd_weights() {
+    let (_dir, g) = open();
+    let n: Vec<u64> = g
+        .write(|w| {
+            let n = (0..5)
+                .map(|_| w.add_node("P", &none()))
+                .collect::<hrafn_graph::Result<Vec<u64>>>()?;
+            let wt = |v: Value| props(&[("w", v)]);
+            w.add_edge(n[0], n[1], "T", &wt(Value::Float(f64::NAN)))?;
+            w.add_edge(n[1], n[2], "T", &wt(Value::Int(-5)))?;
+            w.add_edge(n[0], n[2], "T", &wt(Value::Float(0.5)))?;
+            w.add_edge(n[2], n[3], "T", &wt(Value::Float(f64::INFINITY)))?;
+            w.add_edge(n[2], n[3], "T", &wt(Value::from("heavy")))?;
+            Ok(n)
+        })
+        .expect("write");
+    g.read(|r| {
+        let t = Traversal::default();
+        // NaN and negative weigh 0; text weighs 1, lighter than the infinite parallel edge.
+        assert_eq!(
+            r.shortest_path_weighted(n[0], n[3], "w", &t)?,
+            Some((vec![n[0], n[1], n[2], n[3]], 1.0))
+        );
+        assert_eq!(
+            r.shortest_path_weighted(n[0], n[0], "w", &t)?,
+            Some((vec![n[0]], 0.0))
+        );
+        assert_eq!(r.shortest_path_weighted(n[0], n[4], "w", &t)?, None);
+        assert_eq!(r.shortest_path(n[3], n[0], &t)?, None);
+        assert!(matches!(
+            r.shortest_path_weighted(n[0], 999, "w", &t),
+            Err(Error::NoSuchNode(999))
+        ));
+        assert!(matches!(
+            r.shortest_path(999, n[0], &t),
+            Err(Error::NoSuchNode(999))
+        ));
+        assert!(matches!(r.bfs(999, &t), Err(Error::NoSuchNode(999))));
+        assert!(matches!(r.dfs(999, &t), Err(Error::NoSuchNode(999))));
+        assert!(matches!(r.k_hop(999, 1, &t), Err(Error::NoSuchNode(999))));
+        // Depth 0 is the start alone; a filter rejecting the target finds no path.
+        assert_eq!(
+            r.bfs(n[0], &Traversal::default().max_depth(0))?,
+            vec![(n[0], 0)]
+        );
+        assert_eq!(
+            r.dfs(n[0], &Traversal::default().max_depth(0))?,
+            vec![(n[0], 0)]
+        );
+        assert!(r.k_hop(n[0], 0, &t)?.is_empty());
+        let not_3 = |node: &hrafn_graph::Node| node.id != n[3];
+        let filtered = Traversal::default().node_filter(&not_3);
+        assert_eq!(r.shortest_path(n[0], n[3], &filtered)?, None);
+        assert_eq!(r.shortest_path_weighted(n[0], n[3], "w", &filtered)?, None);
+        Ok(())
+    })
+    .expect("read");
+}
+
+fn load(g: &Graph, nodes: &[u8], edges: &[u8]) -> hrafn_graph::Result<hrafn_graph::LoadReport> {
+    g.load_csv(nodes, edges, &mut |_| {})
+}
+
+fn parse_line(r: hrafn_graph::Result<hrafn_graph::LoadReport>) -> (usize, String) {
+    match r {
+        Err(Error::Parse { line, message }) => (line, message),
+        other => panic!("expected a parse error, got {other:?}"),
+    }
+}
+
+/// A column named `_id` would replace the file id the load keeps there (as text, which
+/// the edge rows and `find --property _id` rely on).
+#[test]
+fn a_node_file_column_named_like_the_file_id_property_is_refused() {
+    let (_dir, g) = open();
+    let r = load(
+        &g,
+        b"id,label,_id\na,P,zz\nb,P,1\n",
+        b"src,dst,type\na,b,T\n",
+    );
+    let (line, message) = parse_line(r);
+    assert_eq!(line, 1);
+    assert!(message.contains("_id"), "{message}");
+    assert_eq!(g.read(|r| Ok(r.node_count())).expect("read"), 0);
+}
+
+/// A column named twice would silently drop the first one's values.
+#[test]
+fn a_property_column_named_twice_is_refused() {
+    let cases: [(&[u8], &[u8], u64); 2] = [
+        (b"id,label,x,x\na,P,1,2\n", b"src,dst,type\n", 0),
+        (b"id,label\na,P\n", b"src,dst,type,w,w\na,a,T,1,2\n", 1),
+    ];
+    for (nodes, edges, want_nodes) in cases {
+        let (_dir, g) = open();
+        let (line, message) = parse_line(load(&g, nodes, edges));
+        assert_eq!(line, 1);
+        assert!(message.contains("twice"), "{message}");
+        assert_eq!(g.read(|r| Ok(r.node_count())).expect("read"), want_nodes);
+    }
+    // Unnamed trailing columns are not names given twice.
+    let (_dir, g) = open();
+    let report = load(&g, b"id,label,,\na,P,,\n", b"src,dst,type,,\na,a,T,,\n");
+    assert_eq!(report.map(|r| (r.nodes, r.edges)).ok(), Some((1, 1)));
+}
+
+/// Names that cannot be stored are refused with the row's line, before its transaction.
+#[test]
+fn a_bad_label_type_or_column_name_is_refused_with_its_line() {
+    let long = "L".repeat(256);
+    let nodes_bad_label = format!("id,label\na,P\nb,{long}\n");
+    let cases: [(&[u8], &[u8], usize, u64); 4] = [
+        (b"id,label\na,P\nb,\n", b"src,dst,type\n", 3, 0),
+        (nodes_bad_label.as_bytes(), b"src,dst,type\n", 3, 0),
+        (
+            b"id,label\na,P\nb,P\n",
+            b"src,dst,type\na,b,T\nb,a,\n",
+            3,
+            2,
+        ),
+        // A trailing comma's unnamed column is fine while its cells are empty.
+        (b"id,label,\na,P,\nb,P,1\n", b"src,dst,type\n", 3, 0),
+    ];
+    for (nodes, edges, want_line, want_nodes) in cases {
+        let (_dir, g) = open();
+        let (line, message) = parse_line(load(&g, nodes, edges));
+        assert_eq!(line, want_line, "{message}");
+        assert_eq!(g.read(|r| Ok(r.node_count())).expect("read"), want_nodes);
+        assert_eq!(g.read(|r| Ok(r.edge_count())).expect("read"), 0);
+        assert_sound(&g);
+    }
+    let (_dir, g) = open();
+    let edges = b"src,dst,type,\r\na,b,T,\r\n";
+    let report = load(&g, b"id,label,\r\na,P,\r\nb,P,\r\n", edges).expect("load");
+    assert_eq!((report.nodes, report.edges), (2, 1));
+}
+
+/// A byte-order mark, CRLF line ends (also inside a quoted cell), header-only files,
+/// quoted ids with commas and quotes, and rows longer than the header.
+#[test]
+fn csv_of_unusual_shapes() {
+    let (_dir, g) = open();
+    let nodes = b"\xef\xbb\xbfid,label,x\r\n\"a,1\",P,1\r\n\"b\"\"2\",P,\"q\r\nr\"\r\n";
+    let edges = b"\xef\xbb\xbfsrc,dst,type,w\r\n\"a,1\",\"b\"\"2\",T,2.5\r\n";
+    let report = load(&g, nodes, edges).expect("load");
+    assert_eq!((report.nodes, report.edges), (2, 1));
+    let (a, b) = (report.ids["a,1"], report.ids["b\"2"]);
+    g.read(|r| {
+        let nb = r.node(b)?.expect("b");
+        assert_eq!(nb.properties.get("x"), Some(&Value::from("q\r\nr")));
+        assert_eq!(nb.properties.get("_id"), Some(&Value::from("b\"2")));
+        let out = r.neighbours(a, Direction::Out, Some("T"))?;
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].node, b);
+        let e = r.edge(out[0].edge)?.expect("edge");
+        assert_eq!(e.properties.get("w"), Some(&Value::Float(2.5)));
+        Ok(())
+    })
+    .expect("read");
+
+    let (_dir, g) = open();
+    let report = load(&g, b"id,label\n", b"src,dst,type\n").expect("header only");
+    assert_eq!((report.nodes, report.edges), (0, 0));
+
+    let (_dir, g) = open();
+    let (line, _) = parse_line(load(&g, b"id,label\na,P\nb,P,extra\n", b"src,dst,type\n"));
+    assert_eq!(line, 3);
+    let (_dir, g) = open();
+    let (line, _) = parse_line(load(&g, b"", b"src,dst,type\n"));
+    assert_eq!(line, 1);
+}
+
+/// A thread count far beyond the machine's, on a level of tens of thousands of nodes,
+/// gives the one-thread answer instead of a thread per node (which aborts the process).
+#[test]
+fn a_huge_thread_count_on_a_wide_level_gives_the_one_thread_answer() {
+    let (_dir, g) = open();
+    let n = 60_000usize;
+    let hub = g
+        .write(|w| {
+            let hub = w.add_node("P", &none())?;
+            let p = none();
+            let rows: Vec<(&str, &Properties)> = (0..n).map(|_| ("P", &p)).collect();
+            let leaves = w.add_nodes(&rows)?;
+            let edges: Vec<(u64, u64, &str, &Properties)> = leaves
+                .iter()
+                .flat_map(|&l| [(hub, l, "T", &p), (l, l + 1, "U", &p)])
+                .filter(|e| e.1 <= n as u64 + 1)
+                .collect();
+            w.add_edges(&edges)?;
+            Ok(hub)
+        })
+        .expect("write");
+    g.read(|r| {
+        let both = Traversal::default().direction(Direction::Both);
+        let one = r.bfs(hub, &both)?;
+        assert_eq!(one.len(), n + 1);
+        let many = Traversal::default()
+            .direction(Direction::Both)
+            .threads(usize::MAX);
+        assert_eq!(r.bfs(hub, &many)?, one);
+        let raw = Traversal {
+            threads: 1 << 20,
+            ..Traversal::default()
+        };
+        assert_eq!(r.k_hop(hub, 2, &raw)?.len(), n);
+        Ok(())
+    })
+    .expect("read");
+}
+
+/// The depth-first order is the documented one: outgoing before incoming for `Both`
+/// (not the merged order of `neighbours`), and edge types in the order listed.
+#[test]
+fn depth_first_order_follows_the_documented_neighbour_order() {
+    let (_dir, g) = open();
+    let n: Vec<u64> = g
+        .write(|w| {
+            let n = (0..4)
+                .map(|_| w.add_node("P", &none()))
+                .collect::<hrafn_graph::Result<Vec<u64>>>()?;
+            w.add_edge(n[0], n[3], "A", &none())?;
+            w.add_edge(n[1], n[0], "A", &none())?;
+            w.add_edge(n[0], n[2], "B", &none())?;
+            Ok(n)
+        })
+        .expect("write");
+    g.read(|r| {
+        let both = Traversal::default().direction(Direction::Both);
+        assert_eq!(
+            r.dfs(n[0], &both)?,
+            vec![(n[0], 0), (n[3], 1), (n[2], 1), (n[1], 1)]
+        );
+        let b_then_a = Traversal::default().edge_types(&["B", "A"]);
+        assert_eq!(
+            r.dfs(n[0], &b_then_a)?,
+            vec![(n[0], 0), (n[2], 1), (n[3], 1)]
+        );
+        Ok(())
+    })
+    .expect("read");
+}
