@@ -46,12 +46,16 @@ impl Store {
     /// Drops data older than `cutoff_ms`: every sealed chunk whose newest sample is older
     /// (found through the age index, so the cost is in the chunks dropped, not the chunks
     /// kept), open chunks and out-of-order samples older than it (checked per series),
-    /// and series left empty. A chunk that straddles the cutoff stays whole.
+    /// and series it leaves empty (a series never given a sample is kept). A chunk that
+    /// straddles the cutoff stays whole.
     ///
     /// # Errors
     /// Engine and corruption errors.
     pub fn drop_before(&self, cutoff_ms: i64) -> Result<RetentionReport> {
         let mut report = RetentionReport::default();
+        // Series that lost sealed chunks: with the pass below, the only ones it can leave
+        // empty.
+        let mut dropped_from = std::collections::HashSet::new();
         // Sealed chunks, oldest first, a bounded number per transaction.
         loop {
             let mut wtx = self.environment().begin_write()?;
@@ -86,11 +90,19 @@ impl Store {
             }
             report.chunks_dropped += doomed.len() as u64;
             wtx.commit()?;
+            dropped_from.extend(doomed.iter().map(|&(_, id, _)| id));
         }
         // Open chunks and out-of-order samples, per series.
         let ids = self.all_ids()?;
         for batch in ids.chunks(SERIES_PER_TXN) {
             let mut wtx = self.environment().begin_write()?;
+            // Only a series this call took samples from can be left empty by it: one that
+            // was never given a sample (ids resolved ahead of the first scrape) stays.
+            let mut touched: Vec<u64> = batch
+                .iter()
+                .copied()
+                .filter(|id| dropped_from.contains(id))
+                .collect();
             {
                 let mut head = wtx.open_tree(TREE_HEAD)?;
                 for &id in batch {
@@ -100,6 +112,7 @@ impl Store {
                     if chunk::open_header(open)?.is_some_and(|h| h.last_timestamp_ms < cutoff_ms) {
                         head.insert(id_key(id), chunk::open_empty())?;
                         report.open_chunks_emptied += 1;
+                        touched.push(id);
                     }
                 }
             }
@@ -109,18 +122,24 @@ impl Store {
                     if !has_nested(&ooo, id)? {
                         continue;
                     }
-                    let left = {
+                    let (dropped, left) = {
                         let mut tree = ooo.open_fixed_tree(id_key(id), OOO_VALUE_BYTES)?;
-                        report.out_of_order_dropped += tree.delete_range(..time_key(cutoff_ms))?;
-                        tree.len()
+                        let dropped = tree.delete_range(..time_key(cutoff_ms))?;
+                        (dropped, tree.len())
                     };
+                    report.out_of_order_dropped += dropped;
+                    if dropped > 0 {
+                        touched.push(id);
+                    }
                     if left == 0 {
                         ooo.remove(id_key(id))?;
                     }
                 }
             }
+            touched.sort_unstable();
+            touched.dedup();
             let mut empty = Vec::new();
-            for &id in batch {
+            for &id in &touched {
                 if series_is_empty(&mut wtx, id)? {
                     empty.push(id);
                 }

@@ -376,12 +376,14 @@ impl Store {
                 "the step must be positive and the end not before the start".into(),
             ));
         }
-        let steps = (q.end_ms - q.start_ms) / q.step_ms + 1;
+        // In i128: the span of two i64 times can pass i64::MAX.
+        let steps = (i128::from(q.end_ms) - i128::from(q.start_ms)) / i128::from(q.step_ms) + 1;
         if steps > 1_000_000 {
             return Err(Error::InvalidQuery(format!(
                 "{steps} steps: at most 1,000,000"
             )));
         }
+        let steps = steps as i64;
         let window_ms = match q.rate_window_ms {
             Some(w) if w <= 0 => {
                 return Err(Error::InvalidQuery(
@@ -393,7 +395,9 @@ impl Store {
         };
         let rtx = self.environment().begin_read()?;
         let trees = Trees::open(&rtx)?;
-        let read_from = q.start_ms.saturating_sub(window_ms) + 1;
+        // The first step's window is (start - window, start], clamped to the times there are.
+        let read_from =
+            (i128::from(q.start_ms) - i128::from(window_ms) + 1).max(i128::from(i64::MIN)) as i64;
         let mut outputs: BTreeMap<Vec<(String, String)>, Vec<Option<Acc>>> = BTreeMap::new();
         let mut raw = Vec::new();
         for (id, labels) in trees.select(&q.matchers)? {
@@ -415,7 +419,7 @@ impl Store {
                     points: values
                         .iter()
                         .enumerate()
-                        .filter_map(|(i, v)| v.map(|v| (q.start_ms + i as i64 * q.step_ms, v)))
+                        .filter_map(|(i, v)| v.map(|v| (step_time(q.start_ms, q.step_ms, i), v)))
                         .collect(),
                 }),
                 Some(_) => {
@@ -446,7 +450,7 @@ impl Store {
                     .iter()
                     .enumerate()
                     .filter_map(|(i, a)| {
-                        a.map(|a| (q.start_ms + i as i64 * q.step_ms, a.result(aggregation)))
+                        a.map(|a| (step_time(q.start_ms, q.step_ms, i), a.result(aggregation)))
                     })
                     .collect(),
             })
@@ -494,6 +498,12 @@ impl Acc {
     }
 }
 
+/// The time of step `i`, which the caller keeps at or before the query's end: the product
+/// alone may pass i64::MAX (a step of i64::MAX from i64::MIN), the sum does not.
+fn step_time(start_ms: i64, step_ms: i64, i: usize) -> i64 {
+    (i128::from(start_ms) + i as i128 * i128::from(step_ms)) as i64
+}
+
 /// A series' value at each step: its latest sample in `(t - window_ms, t]`, or with `rate`
 /// the per-second rate of the samples in that window.
 pub(crate) fn step_values(
@@ -507,11 +517,13 @@ pub(crate) fn step_values(
     let mut out = Vec::with_capacity(steps as usize);
     let (mut lo, mut hi) = (0usize, 0usize);
     for i in 0..steps {
-        let t = start_ms + i * step_ms;
+        let t = step_time(start_ms, step_ms, i as usize);
         while hi < samples.len() && samples[hi].timestamp_ms <= t {
             hi += 1;
         }
-        while lo < hi && samples[lo].timestamp_ms <= t - window_ms {
+        // In i128: near i64::MIN the window's start is before any time.
+        let after = i128::from(t) - i128::from(window_ms);
+        while lo < hi && i128::from(samples[lo].timestamp_ms) <= after {
             lo += 1;
         }
         let window = &samples[lo..hi];
@@ -540,7 +552,9 @@ fn rate_of(window: &[Sample]) -> Option<f64> {
             }
         })
         .sum();
-    Some(increase * 1000.0 / (last.timestamp_ms - first.timestamp_ms) as f64)
+    // In i128: a window of i64::MAX can hold samples further apart than that.
+    let span_ms = i128::from(last.timestamp_ms) - i128::from(first.timestamp_ms);
+    Some(increase * 1000.0 / span_ms as f64)
 }
 
 #[cfg(test)]
