@@ -150,48 +150,72 @@ impl GraphRead<'_> {
             if !self.node_matches(id, &pattern.nodes[anchor])? {
                 continue;
             }
-            // Grow to the right of the anchor, then each partial match to the left.
-            let mut rights = vec![vec![id]];
-            for i in anchor..pattern.edges.len() {
-                let mut grown = Vec::new();
-                for partial in rights {
-                    let last = *partial.last().unwrap_or(&id);
-                    let e = &pattern.edges[i];
-                    for n in self.neighbours(last, e.direction, e.edge_type.as_deref())? {
-                        if self.node_matches(n.node, &pattern.nodes[i + 1])? {
-                            let mut p = partial.clone();
-                            p.push(n.node);
-                            grown.push(p);
-                        }
-                    }
-                }
-                rights = grown;
-            }
-            let mut matches = rights;
-            for i in (0..anchor).rev() {
-                let mut grown = Vec::new();
-                for partial in matches {
-                    let first = partial[0];
-                    let e = &pattern.edges[i];
-                    for n in self.neighbours(first, reverse(e.direction), e.edge_type.as_deref())? {
-                        if self.node_matches(n.node, &pattern.nodes[i])? {
-                            let mut p = Vec::with_capacity(partial.len() + 1);
-                            p.push(n.node);
-                            p.extend_from_slice(&partial);
-                            grown.push(p);
-                        }
-                    }
-                }
-                matches = grown;
-            }
-            for m in matches {
-                if limit.is_some_and(|l| out.len() >= l) {
-                    break;
-                }
+            // Depth first, so that a limit stops the walk rather than trimming every
+            // partial match built beforehand.
+            let mut found = |m: Vec<u64>| {
                 out.insert(m);
+                limit.is_none_or(|l| out.len() < l)
+            };
+            if !self.grow(pattern, anchor, &mut vec![id], &mut Vec::new(), &mut found)? {
+                break;
             }
         }
         Ok(out.into_iter().collect())
+    }
+
+    /// Grows a match of `pattern` from its anchor node: `right` holds the nodes bound from
+    /// the anchor on, `left` those bound before it, nearest first. To the right edge by
+    /// edge, then to the left; each whole match goes to `found`, in the order of neighbours
+    /// taken at each step. Returns false as soon as `found` does (no more wanted).
+    fn grow(
+        &self,
+        pattern: &Pattern,
+        anchor: usize,
+        right: &mut Vec<u64>,
+        left: &mut Vec<u64>,
+        found: &mut dyn FnMut(Vec<u64>) -> bool,
+    ) -> Result<bool> {
+        let (from, edge, next, direction) = if anchor + right.len() <= pattern.edges.len() {
+            let i = anchor + right.len() - 1;
+            let e = &pattern.edges[i];
+            (
+                *right.last().expect("holds the anchor"),
+                e,
+                i + 1,
+                e.direction,
+            )
+        } else if left.len() < anchor {
+            let i = anchor - 1 - left.len();
+            let e = &pattern.edges[i];
+            let from = *left.last().unwrap_or(&right[0]);
+            (from, e, i, reverse(e.direction))
+        } else {
+            let m = left.iter().rev().chain(right.iter()).copied().collect();
+            return Ok(found(m));
+        };
+        let growing_right = next > anchor;
+        for n in self.neighbours(from, direction, edge.edge_type.as_deref())? {
+            if !self.node_matches(n.node, &pattern.nodes[next])? {
+                continue;
+            }
+            let side = if growing_right {
+                &mut *right
+            } else {
+                &mut *left
+            };
+            side.push(n.node);
+            let more = self.grow(pattern, anchor, right, left, found)?;
+            let side = if growing_right {
+                &mut *right
+            } else {
+                &mut *left
+            };
+            side.pop();
+            if !more {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     /// Every node id, ascending.

@@ -554,3 +554,45 @@ fn depth_first_order_follows_the_documented_neighbour_order() {
     })
     .expect("read");
 }
+
+/// A limit stops the matcher's walk: on a complete graph of 20 nodes a chain of six nodes
+/// has 20 × 19^5 (about 50M) matches, which a matcher building every partial match before
+/// applying the limit cannot finish; the first one comes at once.
+#[test]
+fn a_limit_stops_a_pattern_walk_on_a_dense_graph() {
+    let (_dir, g) = open();
+    let ids: Vec<u64> = g
+        .write(|w| {
+            let ids = (0..20)
+                .map(|_| w.add_node("P", &none()))
+                .collect::<Result<Vec<_>, _>>()?;
+            for &a in &ids {
+                for &b in &ids {
+                    if a != b {
+                        w.add_edge(a, b, "T", &none())?;
+                    }
+                }
+            }
+            Ok(ids)
+        })
+        .expect("write");
+    let mut pattern = Pattern::start(Some("P"), &[]);
+    for _ in 0..5 {
+        pattern = pattern.then(Some("T"), Direction::Out, Some("P"), &[]);
+    }
+    let started = std::time::Instant::now();
+    let got = g
+        .read(|r| r.match_pattern(&pattern, Some(3)))
+        .expect("match");
+    assert_eq!(got.len(), 3, "{got:?}");
+    for m in &got {
+        assert_eq!(m.len(), 6);
+        assert!(m.iter().all(|id| ids.contains(id)));
+        assert!(m.windows(2).all(|w| w[0] != w[1]), "no self-loops: {m:?}");
+    }
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(20),
+        "took {:?}",
+        started.elapsed()
+    );
+}
