@@ -327,6 +327,11 @@ impl<'a, S: PageSource<'a>> Range<'a, S> {
 
     fn position_front(&mut self) -> Result<()> {
         if let End::Unstarted = self.front {
+            // The back end may have passed this end's bound already: what it has not
+            // returned ends at its entry, so this end must not start past it.
+            if let End::At(back) = &self.back {
+                self.end = Limit::Included(back.entry_stored()?.0.to_vec());
+            }
             let cursor = match &self.start {
                 Limit::Unbounded => Cursor::edge(self.src, self.root, Side::First)?,
                 Limit::Included(k) => Cursor::seek(self.src, self.root, k, true, Side::First)?,
@@ -339,6 +344,10 @@ impl<'a, S: PageSource<'a>> Range<'a, S> {
 
     fn position_back(&mut self) -> Result<()> {
         if let End::Unstarted = self.back {
+            // As in `position_front`: the front end's entry is the first not returned.
+            if let End::At(front) = &self.front {
+                self.start = Limit::Included(front.entry_stored()?.0.to_vec());
+            }
             let cursor = match &self.end {
                 Limit::Unbounded => Cursor::edge(self.src, self.root, Side::Last)?,
                 Limit::Included(k) => Cursor::seek(self.src, self.root, k, true, Side::Last)?,
