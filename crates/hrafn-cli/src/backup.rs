@@ -47,6 +47,7 @@ pub(crate) fn backup(
     compacted: bool,
     out: &mut impl Write,
 ) -> Result<(), Failure> {
+    crate::require_dir(dir)?;
     let env = if incremental || chain {
         Environment::open(dir, Options::default()).map_err(|e| match e {
             Error::Locked => fail(
@@ -62,12 +63,16 @@ pub(crate) fn backup(
     } else {
         open(dir)?
     };
+    // A backup inside the environment's own directory would go with it.
+    env.check_backup_target(target)
+        .map_err(|e| fail(2, e.to_string()))?;
     if compacted {
         let bar = crate::compact::progress_bar();
         let manifest =
             env.compacted_backup_with_progress(target, |p| crate::compact::show(&bar, p));
         bar.finish_and_clear();
-        describe(out, &target.display().to_string(), &manifest?)?;
+        let manifest = manifest.map_err(|e| into_failure(e, target))?;
+        describe(out, &target.display().to_string(), &manifest)?;
         return Ok(());
     }
     let dest = FileStorage::new(target)
@@ -78,13 +83,21 @@ pub(crate) fn backup(
         BackupKind::Full
     };
     let bar = progress_bar("backup [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} ETA {eta}");
-    let manifest = env.backup_into(&dest, kind, &mut |done, total| {
-        bar.set_length(total);
-        bar.set_position(done);
-    })?;
+    let manifest = env
+        .backup_into(&dest, kind, &mut |done, total| {
+            bar.set_length(total);
+            bar.set_position(done);
+        })
+        .map_err(|e| into_failure(e, target))?;
     bar.finish_and_clear();
     describe(out, &target.display().to_string(), &manifest)?;
     Ok(())
+}
+
+/// An engine error met writing into `target`, with its path.
+fn into_failure(e: Error, target: &Path) -> Failure {
+    let Failure { code, message } = Failure::from(e);
+    fail(code, format!("{}: {message}", target.display()))
 }
 
 fn open_backups(backups: &[PathBuf]) -> Result<Vec<(FileStorage, String)>, Failure> {
@@ -109,9 +122,41 @@ pub(crate) fn restore(
         .iter()
         .map(|(s, shown)| (s as &dyn Storage, shown.clone()))
         .collect();
+    let existed = into.exists();
+    if existed
+        && std::fs::read_dir(into)
+            .map_err(|e| fail(3, format!("{}: {e}", into.display())))?
+            .next()
+            .is_some()
+    {
+        return Err(fail(
+            3,
+            format!(
+                "{}: not empty (a restore goes into a new or empty directory)",
+                into.display()
+            ),
+        ));
+    }
     let target =
         FileStorage::new(into).map_err(|e| fail(3, format!("creating {}: {e}", into.display())))?;
-    let report = hrafn::backup::restore_into(&chain, std::sync::Arc::new(target))?;
+    let report = hrafn::backup::restore_into(&chain, std::sync::Arc::new(target)).map_err(|e| {
+        // What was laid down is no environment to use: leave the directory as found.
+        let _ = if existed {
+            std::fs::read_dir(into).and_then(|entries| {
+                entries.into_iter().try_for_each(|entry| {
+                    let path = entry?.path();
+                    if path.is_dir() {
+                        std::fs::remove_dir_all(path)
+                    } else {
+                        std::fs::remove_file(path)
+                    }
+                })
+            })
+        } else {
+            std::fs::remove_dir_all(into)
+        };
+        into_failure(e, into)
+    })?;
     writeln!(
         out,
         "restored {} backups into {}: last transaction {}, {} journal records replayed, \

@@ -271,6 +271,11 @@ pub(crate) fn require_dir(dir: &Path) -> Result<(), Failure> {
 
 fn open(dir: &Path) -> Result<Environment, Failure> {
     require_dir(dir)?;
+    // Checked first so that a read-only command leaves a directory without an
+    // environment as it is (opening would create a lock file there).
+    if !dir.join(hrafn::DATA_FILE).exists() && !dir.join("header.a").exists() {
+        return Err(fail(3, format!("{}: no environment here", dir.display())));
+    }
     Environment::open_read_only(dir, Options::default())
         .map_err(|e| fail(3, format!("opening {}: {e}", dir.display())))
 }
@@ -449,9 +454,15 @@ fn from_hex(s: &str) -> Result<Vec<u8>, Failure> {
     if !s.len().is_multiple_of(2) {
         return Err(fail(2, "hex of odd length"));
     }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(|_| fail(2, "not hex")))
+    // By bytes: slicing the text could split a multi-byte character.
+    s.as_bytes()
+        .chunks(2)
+        .map(|pair| {
+            std::str::from_utf8(pair)
+                .ok()
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| fail(2, "not hex"))
+        })
         .collect()
 }
 

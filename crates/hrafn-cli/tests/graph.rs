@@ -261,7 +261,12 @@ fn malformed_csv_fails_with_the_file_and_line() {
         &["header.csv", "line 1", "must start with id,label"],
     );
     let no_label = file(d, "no-label.csv", "id,label\na,\n");
-    load(&no_label, &edges, 3, &["no-label.csv", "invalid name"]);
+    load(
+        &no_label,
+        &edges,
+        3,
+        &["no-label.csv", "line 2", "invalid label"],
+    );
     // An edge to a node the node file lacks: the nodes before it stay.
     let dangling = file(
         d,

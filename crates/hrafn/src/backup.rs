@@ -150,6 +150,7 @@ impl Environment {
     /// [`Error::InvalidArgument`] if `path` holds files; I/O errors writing the backup
     /// (the source is not changed); corruption met reading pages.
     pub fn backup_to(&self, path: impl AsRef<Path>) -> Result<Manifest> {
+        self.check_backup_target(path.as_ref())?;
         let dest = FileStorage::new(path.as_ref()).map_err(io("creating the backup directory"))?;
         self.backup_into(&dest, BackupKind::Full, &mut |_, _| {})
     }
@@ -162,6 +163,7 @@ impl Environment {
     /// [`Error::InvalidArgument`] unless the environment was created with
     /// [`Options::incremental_backups`], or if `path` holds files; I/O errors.
     pub fn incremental_backup_to(&self, path: impl AsRef<Path>) -> Result<Manifest> {
+        self.check_backup_target(path.as_ref())?;
         let dest = FileStorage::new(path.as_ref()).map_err(io("creating the backup directory"))?;
         self.backup_into(&dest, BackupKind::Incremental, &mut |_, _| {})
     }
@@ -191,6 +193,7 @@ impl Environment {
         progress: impl FnMut(&crate::compact::CompactProgress<'_>),
     ) -> Result<Manifest> {
         let path = path.as_ref();
+        self.check_backup_target(path)?;
         let shown = path.display().to_string();
         let options = self.inner.options.clone().incremental_backups(false);
         let report = self.compact_with_options(path, options, progress)?;
@@ -284,6 +287,65 @@ impl Environment {
             self.move_backup_point(&manifest)?;
         }
         Ok(manifest)
+    }
+
+    /// Refuses a backup directory inside this environment's directory (or the directory
+    /// itself): the backup would go with what it backs up, and an in-place compaction
+    /// would remove it. The environment is found as an ancestor of `path` holding a header
+    /// with this environment's id. The backup calls that take a path check this first;
+    /// call it before [`Environment::backup_into`] a storage of your own.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming the environment's directory.
+    pub fn check_backup_target(&self, path: &Path) -> Result<()> {
+        let id = env_id(self);
+        // The nearest ancestor that exists, resolved so that links count, then the rest
+        // as written: missing directories are made as plain ones, so `..` after one goes
+        // back up to where it was made.
+        let mut rest = Vec::new();
+        let mut at = path;
+        let mut resolved = loop {
+            if let Ok(resolved) = std::fs::canonicalize(at) {
+                break resolved;
+            }
+            let (Some(last), Some(parent)) = (at.components().next_back(), at.parent()) else {
+                return Ok(());
+            };
+            rest.push(last.as_os_str().to_owned());
+            at = if parent.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                parent
+            };
+        };
+        for name in rest.iter().rev() {
+            if name == ".." {
+                resolved.pop();
+            } else {
+                resolved.push(name);
+            }
+        }
+        for dir in resolved.ancestors() {
+            // A backup of this environment holds its id too, but is no environment: a
+            // backup into it is refused as one into a used directory.
+            if !dir.join(DATA_FILE).is_file() || dir.join(MANIFEST_FILE).exists() {
+                continue;
+            }
+            let Ok(storage) = FileStorage::existing(dir) else {
+                continue;
+            };
+            if let Ok(Some(header)) = crate::header::read_newest(&storage)
+                && header.env_id == id
+            {
+                return Err(Error::InvalidArgument(format!(
+                    "{} is inside {}, a directory of this environment (or of a copy of it): \
+                     back it up somewhere else",
+                    path.display(),
+                    dir.display()
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// Waits until no transaction is in progress and every commit has its journal record
@@ -838,6 +900,20 @@ pub fn verify_storage(storage: &dyn Storage, shown: &str) -> Result<Manifest> {
     Ok(manifest)
 }
 
+/// Whether `m` is a full backup that no incremental can continue: one taken read-only
+/// records no journal position (its header says the journal starts afresh, yet it holds
+/// transactions), so recovery would expect the records after its last transaction where
+/// an incremental has those from the start.
+fn starts_no_chain(m: &Manifest) -> bool {
+    m.kind == BackupKind::Full
+        && m.last_txn_id > 0
+        && m.end
+            == (JournalPosition {
+                journal_number: 1,
+                offset_bytes: 0,
+            })
+}
+
 /// Checks a chain: each backup as [`verify`] does, the first full, each next one an
 /// incremental of the same environment starting where the one before it ended (or
 /// earlier) and ending no earlier.
@@ -859,6 +935,15 @@ pub fn verify_chain(storages: &[(&dyn Storage, String)]) -> Result<Vec<Manifest>
                 }
                 if manifest.env_id != before.env_id {
                     return Err(invalid(shown, "taken from another environment"));
+                }
+                if starts_no_chain(before) {
+                    return Err(invalid(
+                        shown,
+                        format!(
+                            "backup {i} was taken read-only, which starts no chain: an \
+                             incremental continues only a full backup taken by the writer"
+                        ),
+                    ));
                 }
                 // An incremental may overlap the one before it (when the environment could
                 // not record that one's end, the next starts earlier): the journal bytes
