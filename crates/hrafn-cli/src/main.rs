@@ -271,11 +271,6 @@ pub(crate) fn require_dir(dir: &Path) -> Result<(), Failure> {
 
 fn open(dir: &Path) -> Result<Environment, Failure> {
     require_dir(dir)?;
-    // Checked first so that a read-only command leaves a directory without an
-    // environment as it is (opening would create a lock file there).
-    if !dir.join(hrafn::DATA_FILE).exists() && !dir.join("header.a").exists() {
-        return Err(fail(3, format!("{}: no environment here", dir.display())));
-    }
     Environment::open_read_only(dir, Options::default())
         .map_err(|e| fail(3, format!("opening {}: {e}", dir.display())))
 }

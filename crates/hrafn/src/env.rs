@@ -767,6 +767,11 @@ impl Environment {
     ) -> Result<Environment> {
         let opening = std::time::Instant::now();
         validate_options(&options)?;
+        // Before the slot: claiming one creates the lock file, which a directory holding
+        // no environment must not be left with.
+        if header::read_newest(&*storage)?.is_none() {
+            return Err(no_environment());
+        }
         let slot = ProcessSlot::claim(&*storage)?;
         let usage = Arc::new(ScratchUsage::default());
         let (header, data_file, replayed, meta, runs) = recover_in_memory(&*storage)?;
@@ -1368,6 +1373,14 @@ type InMemory = (
     Vec<(u64, Vec<u8>)>,
 );
 
+/// A read-only open of a directory without either header file.
+fn no_environment() -> Error {
+    Error::corruption(
+        CorruptionSite::Environment,
+        "no environment here: header.a and header.b are missing",
+    )
+}
+
 /// Recovery without writing: replays and validates, keeping the replayed pages in use.
 /// A writer in another process may sync meanwhile and retire the journals being read (the
 /// header's revision tells), or be appending the record at the end of the log (which can
@@ -1383,10 +1396,7 @@ fn recover_in_memory(storage: &dyn Storage) -> Result<InMemory> {
     loop {
         attempt += 1;
         let Some(header) = header::read_newest(storage)? else {
-            return Err(Error::corruption(
-                CorruptionSite::Environment,
-                "no environment here: header.a and header.b are missing",
-            ));
+            return Err(no_environment());
         };
         let recovered = open_data_file(storage).and_then(|data_file| {
             let replayed = recovery::replay(storage, &header, &*data_file)?;

@@ -106,6 +106,12 @@ fn read_only_open_needs_an_environment() {
         Err(Error::Corruption { reason, .. }) => assert!(reason.contains("no environment")),
         other => panic!("expected corruption, got {:?}", other.map(|_| ())),
     }
+    // Nothing left behind either (the lock file a reader-process slot lives in).
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .expect("list")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
 }
 
 /// A writer commits rounds as fast as it can with a flusher that flushes, syncs and
