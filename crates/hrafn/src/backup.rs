@@ -361,6 +361,7 @@ impl Environment {
                 writer_held: Duration::ZERO,
             });
         }
+        crate::txn::write::refuse_if_writing(inner)?;
         let core = inner.writer.lock();
         inner.check_poison()?;
         let last_txn_id = core.last_txn_id;

@@ -413,6 +413,9 @@ pub(crate) struct EnvInner {
     pub state: StateCell<State>,
     pub readers: ReaderTable,
     pub writer: Mutex<WriterCore>,
+    /// The thread holding `writer` for a write transaction (`txn::write::thread_token`),
+    /// 0 when none does.
+    pub writer_holder: AtomicU64,
     /// The journal writer (none when read-only); records are appended in transaction
     /// order (`journal_turn`).
     pub journal: Mutex<Option<JournalWriter>>,
@@ -483,6 +486,7 @@ impl EnvInner {
             state: StateCell::from_pointee(o.state),
             readers: ReaderTable::new(o.options.readers_max),
             writer: Mutex::new(o.writer),
+            writer_holder: AtomicU64::new(0),
             journal: Mutex::new(None),
             journal_turn: parking_lot::Condvar::new(),
             commits_in_flight: AtomicU64::new(0),

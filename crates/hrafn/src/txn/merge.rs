@@ -6,7 +6,9 @@
 //! If a request fails (an error, a failed expectation, or a panic), the merged transaction
 //! is abandoned and its requests are run again one transaction each, so only the failing
 //! request gets an error. Requests are therefore re-runnable: batches are data, closures
-//! are `Fn`.
+//! are `Fn`. A request that returns success but left the transaction unable to commit
+//! (it ignored an operation's error) fails too. A request may not write through its own
+//! environment (it would wait on itself): that write fails with [`Error::InvalidArgument`].
 //!
 //! Back-pressure: the queue holds at most `merge_queue_max_requests` requests; a caller
 //! finding it full waits up to `merge_wait_timeout_ms`, then gets [`Error::Timeout`]. One
@@ -185,10 +187,18 @@ impl Request {
             Work::Batch(batch) => batch.apply(wtx),
             Work::Closure(f) => f(wtx),
         }));
-        outcome.unwrap_or_else(|panic| {
+        let result = outcome.unwrap_or_else(|panic| {
             Err(Error::RequestPanicked {
                 message: crate::error::panic_message(&*panic),
             })
+        });
+        // A request that ignored an operation's error may have left the transaction unable
+        // to commit: that is its failure, not that of the requests merged with it.
+        result.and_then(|()| match &wtx.failed {
+            Some(cause) => Err(Error::TransactionFailed {
+                cause: cause.clone(),
+            }),
+            None => Ok(()),
         })
     }
 
@@ -233,6 +243,8 @@ pub(crate) struct Merger {
 impl Merger {
     /// Submits a request and returns its result once it is durable (or failed).
     fn submit(&self, env: &EnvInner, work: Work, size_bytes: usize) -> Result<()> {
+        // A request writing through its own environment would wait for itself.
+        super::write::refuse_if_writing(env)?;
         let request = Arc::new(Request {
             work,
             size_bytes,

@@ -21,6 +21,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::ops::RangeBounds;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Hasher for page numbers: one multiply, no per-lookup state (page numbers are not
@@ -94,7 +95,7 @@ pub(crate) struct OpenTree {
 /// waits for the previous one to end. Dropping it without [`WriteTxn::commit`] aborts.
 pub struct WriteTxn<'env> {
     pub(crate) env: &'env EnvInner,
-    pub(crate) core: MutexGuard<'env, WriterCore>,
+    pub(crate) core: WriterGuard<'env>,
     pub(crate) base: Arc<State>,
     pub(crate) txn_id: u64,
     pub(crate) dirty: DirtyMap,
@@ -117,11 +118,75 @@ pub struct WriteTxn<'env> {
     pub(crate) bitmaps_searched: u32,
 }
 
+/// A number naming the calling thread, never 0.
+pub(crate) fn thread_token() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    thread_local!(static TOKEN: u64 = NEXT.fetch_add(1, Ordering::Relaxed));
+    TOKEN.with(|t| *t)
+}
+
+/// The writer's lock, held by a write transaction, with the thread holding it noted so
+/// that the same thread asking for it again gets an error instead of waiting on itself.
+pub(crate) struct WriterGuard<'env> {
+    guard: MutexGuard<'env, WriterCore>,
+    holder: &'env AtomicU64,
+}
+
+impl<'env> WriterGuard<'env> {
+    /// Takes the writer's lock, waiting for another thread's transaction to end.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when this thread holds it already (a second write
+    /// transaction, or a merged write or backup asked for while one is open).
+    pub(crate) fn lock(env: &'env EnvInner) -> Result<WriterGuard<'env>> {
+        refuse_if_writing(env)?;
+        let guard = env.writer.lock();
+        env.writer_holder.store(thread_token(), Ordering::Relaxed);
+        Ok(WriterGuard {
+            guard,
+            holder: &env.writer_holder,
+        })
+    }
+}
+
+/// [`Error::InvalidArgument`] when the calling thread holds `env`'s write transaction:
+/// what it asks for would wait for that transaction to end. Only this thread stores its
+/// own token, so the check is exact for it whatever other threads do.
+pub(crate) fn refuse_if_writing(env: &EnvInner) -> Result<()> {
+    if env.writer_holder.load(Ordering::Relaxed) == thread_token() {
+        return Err(Error::InvalidArgument(
+            "this thread holds the environment's write transaction: a second one, a merged \
+             write or a backup would wait for it forever"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+impl Drop for WriterGuard<'_> {
+    fn drop(&mut self) {
+        self.holder.store(0, Ordering::Relaxed); // before the lock is released
+    }
+}
+
+impl std::ops::Deref for WriterGuard<'_> {
+    type Target = WriterCore;
+    fn deref(&self) -> &WriterCore {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for WriterGuard<'_> {
+    fn deref_mut(&mut self) -> &mut WriterCore {
+        &mut self.guard
+    }
+}
+
 impl<'env> WriteTxn<'env> {
     pub(crate) fn begin(env: &'env EnvInner) -> Result<WriteTxn<'env>> {
         env.check_writable()?;
         env.check_poison()?;
-        let core = env.writer.lock();
+        let core = WriterGuard::lock(env)?;
         env.check_poison()?;
         // A prepared transaction whose record is still being written is newer than the
         // published state: build on it (its pages reach readers only at its publish).
