@@ -168,15 +168,16 @@ impl Environment {
         mut progress: impl FnMut(&CompactProgress<'_>),
     ) -> Result<CompactReport> {
         let existed = refuse_target(path)?;
+        // Armed until the copy is complete: an error, or a panic of the progress callback
+        // unwinding through here, leaves the target as it was found.
+        let mut unfinished = Unfinished {
+            path,
+            existed,
+            armed: true,
+        };
         let copied = self.copy_into(path, options, &mut progress);
-        if copied.is_err() {
-            // The copy is unusable: leave the target as it was found.
-            let _ = if existed {
-                empty_directory(path)
-            } else {
-                std::fs::remove_dir_all(path)
-            };
-        }
+        unfinished.armed = copied.is_err();
+        drop(unfinished);
         copied
     }
 
@@ -309,6 +310,28 @@ fn index_size(txn: &ReadTxn<'_>, name: &str) -> Result<(u64, u64)> {
             let entries = txn.tree_header(name)?.entry_count;
             Ok((entries, entries))
         }
+    }
+}
+
+/// Removes an unfinished copy on drop while armed: the copy is unusable, and the target
+/// goes back to how it was found (absent, or an empty directory).
+struct Unfinished<'a> {
+    path: &'a Path,
+    existed: bool,
+    armed: bool,
+}
+
+impl Drop for Unfinished<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        // Best effort: the error being returned (or the panic) is what matters.
+        let _ = if self.existed {
+            empty_directory(self.path)
+        } else {
+            std::fs::remove_dir_all(self.path)
+        };
     }
 }
 

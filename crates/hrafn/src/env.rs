@@ -1231,14 +1231,50 @@ fn create(storage: &dyn Storage, incremental_backups: bool) -> Result<Header> {
     Ok(header)
 }
 
+/// Most reader slots: the table is allocated whole at open (16 bytes a slot).
+const READERS_MAX_LIMIT: usize = 1 << 20;
+/// Most spare journals: each takes a journal file of disk, made at once.
+const JOURNAL_SPARE_FILES_LIMIT: usize = 64;
+/// Longest linger: the transaction's own callers wait through it (1 s).
+const MERGE_LINGER_US_LIMIT: u64 = 1_000_000;
+
+/// Refuses options that cannot work, naming the option, so that none fails later (a
+/// panic, a hang, a disk filled with spares).
 fn validate_options(options: &Options) -> Result<()> {
-    if options.readers_max == 0
-        || options.journal_file_size_bytes < 64 * 1024
-        || options.merge_queue_max_requests == 0
-        || options.merge_batch_max_requests == 0
-    {
-        return Err(Error::InvalidArgument(
-            "readers_max and merge limits must be positive, journal files at least 64 KiB".into(),
+    let refuse = |what: String| Err(Error::InvalidArgument(what));
+    if options.readers_max == 0 || options.readers_max > READERS_MAX_LIMIT {
+        return refuse(format!(
+            "readers_max is {}; it must be between 1 and {READERS_MAX_LIMIT}",
+            options.readers_max
+        ));
+    }
+    if options.journal_file_size_bytes < 64 * 1024 {
+        return refuse(format!(
+            "journal_file_size_bytes is {}; it must be at least 64 KiB",
+            options.journal_file_size_bytes
+        ));
+    }
+    if options.journal_spare_files > JOURNAL_SPARE_FILES_LIMIT {
+        return refuse(format!(
+            "journal_spare_files is {}; it must be at most {JOURNAL_SPARE_FILES_LIMIT}",
+            options.journal_spare_files
+        ));
+    }
+    for (name, value) in [
+        ("merge_queue_max_requests", options.merge_queue_max_requests),
+        ("merge_batch_max_requests", options.merge_batch_max_requests),
+        // 0 would make every merged transaction full before its first request runs.
+        ("merge_batch_max_bytes", options.merge_batch_max_bytes),
+    ] {
+        if value == 0 {
+            return refuse(format!("{name} is 0; it must be positive"));
+        }
+    }
+    if options.merge_linger_us > MERGE_LINGER_US_LIMIT {
+        return refuse(format!(
+            "merge_linger_us is {}; it must be at most {MERGE_LINGER_US_LIMIT} (the callers \
+             of the transaction being built wait through it)",
+            options.merge_linger_us
         ));
     }
     Ok(())
