@@ -271,8 +271,17 @@ pub(crate) fn require_dir(dir: &Path) -> Result<(), Failure> {
 
 fn open(dir: &Path) -> Result<Environment, Failure> {
     require_dir(dir)?;
-    Environment::open_read_only(dir, Options::default())
-        .map_err(|e| fail(3, format!("opening {}: {e}", dir.display())))
+    Environment::open_read_only(dir, Options::default()).map_err(|e| opening_failed(dir, e))
+}
+
+/// An environment that could not be opened. Damage found while opening exits 1, as damage
+/// `check` finds later does; a directory with no environment, or any other failure, 3.
+pub(crate) fn opening_failed(dir: &Path, e: Error) -> Failure {
+    let damaged = matches!(e, Error::Corruption { .. }) && dir.join(hrafn::DATA_FILE).exists();
+    fail(
+        if damaged { 1 } else { 3 },
+        format!("opening {}: {e}", dir.display()),
+    )
 }
 
 fn run(command: Command, out: &mut impl Write) -> Result<(), Failure> {
@@ -347,8 +356,8 @@ fn run(command: Command, out: &mut impl Write) -> Result<(), Failure> {
         Command::Dump { dir } => dump::dump(&open(&dir)?, out),
         Command::Compact { dir, into } => compact::compact(&dir, into.as_deref(), out),
         Command::Load { dir } => {
-            let env = Environment::open(&dir, Options::default())
-                .map_err(|e| fail(3, format!("opening {}: {e}", dir.display())))?;
+            let env =
+                Environment::open(&dir, Options::default()).map_err(|e| opening_failed(&dir, e))?;
             let stdin = std::io::stdin();
             // A bar by bytes when the dump comes from a file (its size is known).
             let size_bytes = stdin

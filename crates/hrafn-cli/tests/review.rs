@@ -392,3 +392,44 @@ fn a_damaged_data_file_is_reported_by_check_with_code_1() {
         assert_ne!(o.status.code(), None, "{cmd}: {o:?}");
     }
 }
+
+/// Damage found while opening (both headers damaged) exits 1 like damage the page walk
+/// finds, for `check` and the other reading commands; it is not taken for a missing
+/// environment (3).
+#[test]
+fn damaged_headers_are_reported_with_code_1() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let db = work.path().join("db");
+    drop(small_env(&db, Options::default()));
+    for header in ["header.a", "header.b"] {
+        let path = db.join(header);
+        let mut bytes = std::fs::read(&path).expect("read");
+        bytes[40] ^= 0xff;
+        std::fs::write(&path, bytes).expect("write");
+    }
+    for cmd in ["check", "stat", "dump"] {
+        assert_fails(&hrafn(&[cmd, s(&db)]), 1, "corruption");
+    }
+}
+
+/// A dump line the loader cannot use names its line and exits 3 (`docs/dump.md`), whatever
+/// the engine's error: here a table schema of an unknown version.
+#[test]
+fn a_bad_table_schema_in_a_dump_names_its_line_and_exits_3() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let db = work.path().join("db");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hrafn"))
+        .args(["load", s(&db)])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run hrafn");
+    std::io::Write::write_all(
+        child.stdin.as_mut().expect("stdin"),
+        b"hrafn-dump 1\ntable 74 00\nend\n",
+    )
+    .expect("write the dump");
+    let o = child.wait_with_output().expect("wait");
+    assert_fails(&o, 3, "dump line 2");
+}
