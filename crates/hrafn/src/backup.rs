@@ -434,7 +434,7 @@ impl Environment {
                 &inner.options,
                 &inner.journal_index,
                 number,
-            )?;
+            );
         }
         Ok(())
     }

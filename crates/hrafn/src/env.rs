@@ -1084,6 +1084,8 @@ impl Environment {
         // The flusher's last pass may have failed without poisoning (a full disk growing
         // the data file): one more, whose error is returned.
         crate::flush::flush(&self.inner, true)?;
+        // Journals that pass retired are only queued: close promises them gone.
+        crate::flush::remove_retired(&*self.inner.storage, &self.inner.journal_index, usize::MAX)?;
         crate::flush::trim_data_file(&self.inner)?;
         crate::journal::spare::remove_ready(&*self.inner.storage, &self.inner.journal_index)?;
         remove_synced_journal(&self.inner)
@@ -1589,7 +1591,7 @@ fn retire_old_journals(
             journal_number: number,
             last_txn_id: synced_txn_id,
         });
-        crate::flush::recycle_or_remove(storage, options, index, number)?;
+        crate::flush::recycle_or_remove(storage, options, index, number);
     }
     Ok(())
 }

@@ -601,7 +601,7 @@ fn sync(inner: &EnvInner, book: &mut FlushBook) -> Result<()> {
             &inner.options,
             &inner.journal_index,
             number,
-        )?;
+        );
     }
     Ok(())
 }
@@ -664,30 +664,33 @@ pub(crate) fn remove_retired(
 /// ([`JOURNALS_PENDING_MAX`]). A sync retires about that many at once, and every one
 /// removed would come back as a spare the flusher zero-fills: under steady durable writes,
 /// keeping only two had it writing zeros at more than half the journal's own rate. The
-/// others go a few per tick ([`JOURNAL_REMOVALS_PER_TICK`]).
+/// others go a few per tick ([`JOURNAL_REMOVALS_PER_TICK`]). A file whose size cannot be
+/// read is queued for removal, which reports its own failure: an error here would leave
+/// it, and the rest of its batch, in no list at all until the next open.
 pub(crate) fn recycle_or_remove(
     storage: &dyn Storage,
     options: &Options,
     index: &Mutex<JournalIndex>,
     number: u64,
-) -> Result<()> {
+) {
     let name = journal_file_name(number);
     let size = storage
         .open(&name, crate::storage::FileKind::JournalBuffered, false)
         .and_then(|f| f.len())
-        .map_err(|e| Error::io(format!("sizing {name}"), e))?;
+        .ok();
     let mut index = index.lock();
     // Files smaller than what the writer now makes go: reusing them would keep journals
     // small under load.
-    if size <= options.journal_file_size_bytes
-        && size >= index.file_size_bytes
-        && index.recyclable.len() < JOURNALS_PENDING_MAX
-    {
-        index.recyclable.push(number);
-    } else {
-        index.removable.push_back(number);
+    match size {
+        Some(size)
+            if size <= options.journal_file_size_bytes
+                && size >= index.file_size_bytes
+                && index.recyclable.len() < JOURNALS_PENDING_MAX =>
+        {
+            index.recyclable.push(number);
+        }
+        _ => index.removable.push_back(number),
     }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -714,7 +717,7 @@ mod tests {
                 .expect("create");
             file.allocate(options.journal_file_size_bytes)
                 .expect("size");
-            recycle_or_remove(&storage, &options, &index, number).expect("retire");
+            recycle_or_remove(&storage, &options, &index, number);
         }
         let on_disk = || storage.list("journal").expect("list").len();
         let kept = JOURNALS_PENDING_MAX;
@@ -730,5 +733,34 @@ mod tests {
         remove_retired(&storage, &index, usize::MAX).expect("remove all");
         assert_eq!(on_disk(), kept);
         assert!(index.lock().removable.is_empty());
+    }
+
+    /// A retired journal whose size cannot be read is queued for removal, not lost from
+    /// every list (it would stay on disk until the next open), and the next one of the
+    /// same sync is kept as usual.
+    #[test]
+    fn a_retired_journal_that_cannot_be_sized_is_queued_for_removal() {
+        let storage = SimStorage::new(8);
+        storage.create_dir("journal").expect("dir");
+        let options = Options::default();
+        let index = Mutex::new(JournalIndex {
+            file_size_bytes: options.journal_file_size_bytes,
+            ..JournalIndex::default()
+        });
+        for number in 1..=2 {
+            storage
+                .open(&journal_file_name(number), FileKind::JournalBuffered, true)
+                .expect("create")
+                .allocate(options.journal_file_size_bytes)
+                .expect("size");
+        }
+        // The next operation, the open that sizes journal 1, fails.
+        storage.fail_at(storage.ops_count(), crate::storage::sim::Fault::Eio, false);
+        recycle_or_remove(&storage, &options, &index, 1);
+        recycle_or_remove(&storage, &options, &index, 2);
+        assert_eq!(index.lock().removable, [1]);
+        assert_eq!(index.lock().recyclable, [2]);
+        remove_retired(&storage, &index, usize::MAX).expect("remove");
+        assert_eq!(storage.list("journal").expect("list").len(), 1);
     }
 }
