@@ -151,8 +151,10 @@ impl Spiller {
     }
 
     /// Copies in-memory buffers of `ptt` into scratch files, oldest versions first, until
-    /// about `bytes_wanted` are copied. Only buffers whose every page the table still maps
-    /// to them are taken (a run of an overflow value is one buffer).
+    /// about `bytes_wanted` are copied. A buffer is found through its first page (a run of
+    /// an overflow value is one buffer); [`swap_in`] then moves only the pages that still
+    /// map to it, so a run whose first page was reused stays in memory until it is
+    /// flushed.
     ///
     /// # Errors
     /// I/O errors writing a scratch file (a full disk): what was copied before is returned
