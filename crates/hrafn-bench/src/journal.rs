@@ -15,7 +15,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Barrier, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -175,6 +175,7 @@ pub fn group(workload: &str, cfg: &Config, dir: &Path, threads: u64) -> Result<B
     let mut buf = AlignedBuf::new(ALIGN);
     StdRng::seed_from_u64(9).fill_bytes(buf.as_mut_slice());
     let queue = (Mutex::new(GroupQueue::default()), Condvar::new());
+    let barrier = Barrier::new(threads as usize + 1);
 
     let (elapsed, writes, mut lat) = std::thread::scope(|s| -> Result<_> {
         let writer = s.spawn(|| -> Result<u64> {
@@ -198,11 +199,12 @@ pub fn group(workload: &str, cfg: &Config, dir: &Path, threads: u64) -> Result<B
                 }
             }
         });
-        let start = Instant::now();
         let callers: Vec<_> = (0..threads)
             .map(|_| {
-                s.spawn(|| {
+                let (barrier, queue) = (&barrier, &queue);
+                s.spawn(move || {
                     let mut lat = Vec::with_capacity(per_thread as usize);
+                    barrier.wait();
                     for _ in 0..per_thread {
                         let t0 = Instant::now();
                         let ack: Ack = Arc::default();
@@ -214,15 +216,23 @@ pub fn group(workload: &str, cfg: &Config, dir: &Path, threads: u64) -> Result<B
                         }
                         lat.push(t0.elapsed());
                     }
-                    lat
+                    (lat, Instant::now())
                 })
             })
             .collect();
+        // Timed as concurrent_writers, which this row is the reference of: the callers are
+        // spawned first, the clock starts before this thread joins the start barrier and
+        // stops when the last caller ends.
+        let start = Instant::now();
+        barrier.wait();
         let mut lat: Vec<Duration> = Vec::new();
+        let mut end = start;
         for c in callers {
-            lat.extend(c.join().map_err(|_| anyhow::anyhow!("caller panicked"))?);
+            let (l, done) = c.join().map_err(|_| anyhow::anyhow!("caller panicked"))?;
+            lat.extend(l);
+            end = end.max(done);
         }
-        let elapsed = start.elapsed();
+        let elapsed = end - start;
         lock(&queue.0).closed = true;
         queue.1.notify_all();
         let writes = writer

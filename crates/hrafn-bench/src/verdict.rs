@@ -190,18 +190,23 @@ fn value_of(r: &BenchResult, metric: Metric) -> Result<f64, String> {
     match metric {
         Metric::OpsPerSec => Ok(r.ops_per_sec),
         Metric::P50Us => r.p50_us.ok_or_else(|| missing("p50")),
+        // A zero count is a counter that did not move or files not found, not a figure:
+        // judged, it would pass every "at most" target.
         Metric::JournalRatio => r
             .journal
             .as_ref()
+            .filter(|j| j.page_bytes_per_txn > 0.0 && j.journal_bytes_per_txn > 0.0)
             .map(|j| j.ratio)
-            .ok_or_else(|| missing("journal bytes")),
+            .ok_or_else(|| missing("journal bytes and whole-page bytes")),
         Metric::MinWindowRatio => r.min_window_ratio.ok_or_else(|| missing("windows")),
         Metric::OneKeyDiskBytes => r
             .one_key_disk_bytes
+            .filter(|&b| b > 0)
             .map(|b| b as f64)
-            .ok_or_else(|| missing("one-key database")),
+            .ok_or_else(|| missing("one-key database bytes")),
         Metric::PagesInUse => r
             .pages_in_use
+            .filter(|&p| p > 0)
             .map(|p| p as f64)
             .ok_or_else(|| missing("pages in use")),
     }
@@ -540,6 +545,43 @@ mod tests {
         assert!(text.contains("not measured"), "{text}");
         assert!(text.contains("NOT met"), "{text}");
         assert!(text.contains("0.95×~"), "{text}");
+    }
+
+    /// Zero counts (a counter that did not move, a directory with no files) are missing
+    /// figures, not a pass of an "at most" target.
+    #[test]
+    fn zero_counts_are_not_measured() {
+        let mut insert = result("journal_bytes_insert", "hrafn", 100.0);
+        insert.journal = Some(JournalBytes {
+            txns: 100,
+            journal_bytes_per_txn: 0.0,
+            payload_bytes_per_txn: 0.0,
+            page_bytes_per_txn: 0.0,
+            pages_per_txn: 0.0,
+            ratio: 0.0,
+        });
+        let mut commit = result("commit_latency", "hrafn", 5_000.0);
+        commit.one_key_disk_bytes = Some(0);
+        let mut fixed = result("u64_insert_fixed", "hrafn", 1_000.0);
+        fixed.pages_in_use = Some(0);
+        let mut btree = result("u64_insert_btree", "hrafn", 1_000.0);
+        btree.pages_in_use = Some(6_000);
+        let v = judge_all(&[insert, commit, fixed, btree]);
+        let by = |row: &str, metric: Metric| {
+            v.iter()
+                .find(|v| v.target.value.row == row && v.target.value.metric == metric)
+                .expect("target")
+        };
+        for verdict in [
+            by("journal_bytes_insert", Metric::JournalRatio),
+            by("commit_latency", Metric::OneKeyDiskBytes),
+            by("u64_insert_fixed", Metric::PagesInUse),
+        ] {
+            assert!(
+                matches!(verdict.status, Status::NotMeasured(_)),
+                "{verdict:?}"
+            );
+        }
     }
 
     #[test]
