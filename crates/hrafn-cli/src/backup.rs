@@ -117,46 +117,8 @@ pub(crate) fn restore(
     into: &Path,
     out: &mut impl Write,
 ) -> Result<(), Failure> {
-    let opened = open_backups(backups)?;
-    let chain: Vec<(&dyn Storage, String)> = opened
-        .iter()
-        .map(|(s, shown)| (s as &dyn Storage, shown.clone()))
-        .collect();
-    let existed = into.exists();
-    if existed
-        && std::fs::read_dir(into)
-            .map_err(|e| fail(3, format!("{}: {e}", into.display())))?
-            .next()
-            .is_some()
-    {
-        return Err(fail(
-            3,
-            format!(
-                "{}: not empty (a restore goes into a new or empty directory)",
-                into.display()
-            ),
-        ));
-    }
-    let target =
-        FileStorage::new(into).map_err(|e| fail(3, format!("creating {}: {e}", into.display())))?;
-    let report = hrafn::backup::restore_into(&chain, std::sync::Arc::new(target)).map_err(|e| {
-        // What was laid down is no environment to use: leave the directory as found.
-        let _ = if existed {
-            std::fs::read_dir(into).and_then(|entries| {
-                entries.into_iter().try_for_each(|entry| {
-                    let path = entry?.path();
-                    if path.is_dir() {
-                        std::fs::remove_dir_all(path)
-                    } else {
-                        std::fs::remove_file(path)
-                    }
-                })
-            })
-        } else {
-            std::fs::remove_dir_all(into)
-        };
-        into_failure(e, into)
-    })?;
+    // The engine's restore refuses a used target and leaves it as found on failure.
+    let report = hrafn::backup::restore(backups, into).map_err(|e| into_failure(e, into))?;
     writeln!(
         out,
         "restored {} backups into {}: last transaction {}, {} journal records replayed, \

@@ -977,7 +977,8 @@ pub fn verify_chain(storages: &[(&dyn Storage, String)]) -> Result<Vec<Manifest>
 /// Restores a chain — a full backup, then incrementals in the order they were taken —
 /// into directory `target` (created if missing; it must be empty). The chain is verified
 /// first; the files are laid down, and opening the result replays the incrementals'
-/// journal records through normal recovery, then checks its integrity.
+/// journal records through normal recovery, then checks its integrity. A restore that
+/// fails leaves `target` as it found it (absent, or empty).
 ///
 /// # Errors
 /// [`Error::InvalidBackup`] for a backup or chain that does not verify;
@@ -995,8 +996,12 @@ pub fn restore(backups: &[impl AsRef<Path>], target: impl AsRef<Path>) -> Result
         .iter()
         .map(|(s, shown)| (s as &dyn Storage, shown.clone()))
         .collect();
-    let target = FileStorage::new(target.as_ref()).map_err(io("creating the target directory"))?;
-    restore_into(&chain, Arc::new(target))
+    let path = target.as_ref();
+    let unfinished = crate::compact::Unfinished::new(path, "restore")?;
+    let target = FileStorage::new(path).map_err(io("creating the target directory"))?;
+    let report = restore_into(&chain, Arc::new(target))?;
+    unfinished.finished();
+    Ok(report)
 }
 
 /// [`restore`] from and into any storage.

@@ -167,18 +167,12 @@ impl Environment {
         options: Options,
         mut progress: impl FnMut(&CompactProgress<'_>),
     ) -> Result<CompactReport> {
-        let existed = refuse_target(path)?;
         // Armed until the copy is complete: an error, or a panic of the progress callback
         // unwinding through here, leaves the target as it was found.
-        let mut unfinished = Unfinished {
-            path,
-            existed,
-            armed: true,
-        };
-        let copied = self.copy_into(path, options, &mut progress);
-        unfinished.armed = copied.is_err();
-        drop(unfinished);
-        copied
+        let unfinished = Unfinished::new(path, "compaction")?;
+        let report = self.copy_into(path, options, &mut progress)?;
+        unfinished.finished();
+        Ok(report)
     }
 
     /// Bytes this environment's files take on disk (see [`CompactReport::bytes_before`]).
@@ -313,12 +307,33 @@ fn index_size(txn: &ReadTxn<'_>, name: &str) -> Result<(u64, u64)> {
     }
 }
 
-/// Removes an unfinished copy on drop while armed: the copy is unusable, and the target
-/// goes back to how it was found (absent, or an empty directory).
-struct Unfinished<'a> {
+/// A new environment being written into a directory (a compaction, a restore): removed on
+/// drop unless [`Unfinished::finished`], since an unfinished one is unusable, and the
+/// target goes back to how it was found (absent, or an empty directory).
+pub(crate) struct Unfinished<'a> {
     path: &'a Path,
     existed: bool,
     armed: bool,
+}
+
+impl<'a> Unfinished<'a> {
+    /// Refuses a target that exists and is not an empty directory (`what` names the
+    /// operation in the error), then guards it.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for such a target; I/O errors examining it.
+    pub(crate) fn new(path: &'a Path, what: &str) -> Result<Unfinished<'a>> {
+        Ok(Unfinished {
+            path,
+            existed: refuse_target(path, what)?,
+            armed: true,
+        })
+    }
+
+    /// The new environment is complete: keep it.
+    pub(crate) fn finished(mut self) {
+        self.armed = false;
+    }
 }
 
 impl Drop for Unfinished<'_> {
@@ -336,7 +351,7 @@ impl Drop for Unfinished<'_> {
 }
 
 /// Refuses a target that exists and is not an empty directory; returns whether it exists.
-fn refuse_target(path: &Path) -> Result<bool> {
+fn refuse_target(path: &Path, what: &str) -> Result<bool> {
     let metadata = match std::fs::symlink_metadata(path) {
         Ok(metadata) => metadata,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
@@ -344,7 +359,7 @@ fn refuse_target(path: &Path) -> Result<bool> {
     };
     if !metadata.is_dir() {
         return Err(Error::InvalidArgument(format!(
-            "compaction target {} exists and is not a directory",
+            "{what} target {} exists and is not a directory",
             path.display()
         )));
     }
@@ -352,7 +367,7 @@ fn refuse_target(path: &Path) -> Result<bool> {
         std::fs::read_dir(path).map_err(|e| Error::io(format!("listing {}", path.display()), e))?;
     if entries.next().is_some() {
         return Err(Error::InvalidArgument(format!(
-            "compaction target {} is not empty: compaction writes a new environment into a \
+            "{what} target {} is not empty: {what} writes a new environment into a \
              directory that does not exist or is empty",
             path.display()
         )));
