@@ -977,13 +977,16 @@ pub fn verify_chain(storages: &[(&dyn Storage, String)]) -> Result<Vec<Manifest>
 /// Restores a chain — a full backup, then incrementals in the order they were taken —
 /// into directory `target` (created if missing; it must be empty). The chain is verified
 /// first; the files are laid down, and opening the result replays the incrementals'
-/// journal records through normal recovery, then checks its integrity. A restore that
-/// fails leaves `target` as it found it (absent, or empty).
+/// journal records through normal recovery, then checks its integrity. The restore is
+/// written into the sibling directory `<target>.unfinished` and renamed to `target` once
+/// complete, so `target` never holds a partial restore: one that fails leaves `target` as
+/// it found it (absent, or empty), and a process killed meanwhile leaves the sibling, which
+/// the next restore refuses until it is removed.
 ///
 /// # Errors
 /// [`Error::InvalidBackup`] for a backup or chain that does not verify;
-/// [`Error::InvalidArgument`] if `target` holds files; I/O errors; corruption found by the
-/// integrity check.
+/// [`Error::InvalidArgument`] if `target` holds files or `<target>.unfinished` exists; I/O
+/// errors; corruption found by the integrity check.
 pub fn restore(backups: &[impl AsRef<Path>], target: impl AsRef<Path>) -> Result<RestoreReport> {
     let mut opened = Vec::new();
     for path in backups {
@@ -998,9 +1001,10 @@ pub fn restore(backups: &[impl AsRef<Path>], target: impl AsRef<Path>) -> Result
         .collect();
     let path = target.as_ref();
     let unfinished = crate::compact::Unfinished::new(path, "restore")?;
-    let target = FileStorage::new(path).map_err(io("creating the target directory"))?;
+    let target =
+        FileStorage::new(unfinished.path()).map_err(io("creating the target directory"))?;
     let report = restore_into(&chain, Arc::new(target))?;
-    unfinished.finished();
+    unfinished.finished()?;
     Ok(report)
 }
 

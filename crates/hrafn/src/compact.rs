@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::storage::{FileStorage, Storage};
 use crate::txn::ReadTxn;
 use crate::walk::{self, Item, LOADER_TRANSACTION_BYTES, Loader, RecordOrder};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// What a compaction did ([`Environment::compact_to`]).
@@ -106,12 +106,15 @@ impl Environment {
     ///
     /// The copy commits in transactions of about [`LOADER_TRANSACTION_BYTES`] (a sixteenth
     /// of the scratch limit, if that is less), without waiting for each to be durable, then writes every page to its data file and syncs it
-    /// before it returns: the copy is durable when this returns, and a copy left by a
-    /// failed or interrupted call is not an environment to use (on an error, this removes
-    /// what it wrote). The snapshot stays open throughout, so pages that commits to this
-    /// environment replace meanwhile stay in its scratch until the copy is done.
+    /// before it returns: the copy is durable when this returns. It is written into the
+    /// sibling directory `<path>.unfinished` and renamed to `path` only once complete, so
+    /// `path` never holds a partial copy: an error removes the sibling, and a process
+    /// killed meanwhile leaves it, which the next call refuses until it is removed. The
+    /// snapshot stays open throughout, so pages that commits to this environment replace
+    /// meanwhile stay in its scratch until the copy is done.
     ///
-    /// `path` must not exist, or be an empty directory. The copy is opened with this
+    /// `path` must not exist, or be an empty directory, and its parent must be writable.
+    /// The copy is opened with this
     /// environment's options (except durability), and may be opened with any.
     ///
     /// ```
@@ -137,7 +140,8 @@ impl Environment {
     /// ```
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] if `path` exists and is not an empty directory, or if a
+    /// [`Error::InvalidArgument`] if `path` exists and is not an empty directory, if
+    /// `<path>.unfinished` exists, or if a
     /// global index holds entries that its tables' records do not give (written to it
     /// directly: compaction cannot carry them); errors of the snapshot, of creating and
     /// writing the copy ([`Error::NoSpace`], I/O), corruption met in the source.
@@ -167,11 +171,11 @@ impl Environment {
         options: Options,
         mut progress: impl FnMut(&CompactProgress<'_>),
     ) -> Result<CompactReport> {
-        // Armed until the copy is complete: an error, or a panic of the progress callback
-        // unwinding through here, leaves the target as it was found.
+        // Armed until the copy is complete and renamed: an error, or a panic of the
+        // progress callback unwinding through here, removes the unfinished copy.
         let unfinished = Unfinished::new(path, "compaction")?;
-        let report = self.copy_into(path, options, &mut progress)?;
-        unfinished.finished();
+        let report = self.copy_into(unfinished.path(), options, &mut progress)?;
+        unfinished.finished()?;
         Ok(report)
     }
 
@@ -307,54 +311,102 @@ fn index_size(txn: &ReadTxn<'_>, name: &str) -> Result<(u64, u64)> {
     }
 }
 
-/// A new environment being written into a directory (a compaction, a restore): removed on
-/// drop unless [`Unfinished::finished`], since an unfinished one is unusable, and the
-/// target goes back to how it was found (absent, or an empty directory).
+/// A new environment being written for a directory (a compaction, a restore). It is
+/// written into a sibling directory, `<target>.unfinished`, and renamed to the target only
+/// once complete, so the target never holds a partial copy, even after the process is
+/// killed: an unfinished copy would open as an environment missing trees. Dropped before
+/// [`Unfinished::finished`] (an error, a panic), the sibling is removed; the target is
+/// left as it was found throughout (absent, or an empty directory).
 pub(crate) struct Unfinished<'a> {
-    path: &'a Path,
-    existed: bool,
+    target: &'a Path,
+    partial: PathBuf,
     armed: bool,
 }
 
 impl<'a> Unfinished<'a> {
-    /// Refuses a target that exists and is not an empty directory (`what` names the
-    /// operation in the error), then guards it.
+    /// Refuses a target that exists and is not an empty directory, and one whose sibling
+    /// `<target>.unfinished` exists (an interrupted copy, or one still running); `what`
+    /// names the operation in the error.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for such a target; I/O errors examining it.
-    pub(crate) fn new(path: &'a Path, what: &str) -> Result<Unfinished<'a>> {
+    pub(crate) fn new(target: &'a Path, what: &str) -> Result<Unfinished<'a>> {
+        refuse_target(target, what)?;
+        let Some(name) = target.file_name() else {
+            return Err(Error::InvalidArgument(format!(
+                "{what} target {} names no directory",
+                target.display()
+            )));
+        };
+        let mut partial_name = name.to_os_string();
+        partial_name.push(".unfinished");
+        let partial = target.with_file_name(partial_name);
+        match std::fs::symlink_metadata(&partial) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io(format!("examining {}", partial.display()), e)),
+            Ok(_) => {
+                return Err(Error::InvalidArgument(format!(
+                    "{} exists: a {what} into {} was interrupted (or is still running); \
+                     remove it, then try again",
+                    partial.display(),
+                    target.display()
+                )));
+            }
+        }
         Ok(Unfinished {
-            path,
-            existed: refuse_target(path, what)?,
+            target,
+            partial,
             armed: true,
         })
     }
 
-    /// The new environment is complete: keep it.
-    pub(crate) fn finished(mut self) {
+    /// Where the new environment is written until it is finished.
+    pub(crate) fn path(&self) -> &Path {
+        &self.partial
+    }
+
+    /// The new environment is complete (its files synced): renames it to the target, and
+    /// syncs the directory holding both so the rename survives a crash.
+    ///
+    /// # Errors
+    /// I/O errors of the rename (the target gained files meanwhile, say) or the sync; the
+    /// copy is removed then.
+    pub(crate) fn finished(mut self) -> Result<()> {
+        std::fs::rename(&self.partial, self.target).map_err(|e| {
+            Error::io(
+                format!(
+                    "renaming {} to {}",
+                    self.partial.display(),
+                    self.target.display()
+                ),
+                e,
+            )
+        })?;
         self.armed = false;
+        let parent = match self.target.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent,
+            _ => Path::new("."),
+        };
+        std::fs::File::open(parent)
+            .and_then(|dir| dir.sync_all())
+            .map_err(|e| Error::io(format!("syncing {}", parent.display()), e))
     }
 }
 
 impl Drop for Unfinished<'_> {
     fn drop(&mut self) {
-        if !self.armed {
-            return;
+        if self.armed {
+            // Best effort: the error being returned (or the panic) is what matters.
+            let _ = std::fs::remove_dir_all(&self.partial);
         }
-        // Best effort: the error being returned (or the panic) is what matters.
-        let _ = if self.existed {
-            empty_directory(self.path)
-        } else {
-            std::fs::remove_dir_all(self.path)
-        };
     }
 }
 
-/// Refuses a target that exists and is not an empty directory; returns whether it exists.
-fn refuse_target(path: &Path, what: &str) -> Result<bool> {
+/// Refuses a target that exists and is not an empty directory.
+fn refuse_target(path: &Path, what: &str) -> Result<()> {
     let metadata = match std::fs::symlink_metadata(path) {
         Ok(metadata) => metadata,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(Error::io(format!("examining {}", path.display()), e)),
     };
     if !metadata.is_dir() {
@@ -371,19 +423,6 @@ fn refuse_target(path: &Path, what: &str) -> Result<bool> {
              directory that does not exist or is empty",
             path.display()
         )));
-    }
-    Ok(true)
-}
-
-/// Removes everything inside `dir`, keeping it.
-fn empty_directory(dir: &Path) -> std::io::Result<()> {
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        if entry.file_type()?.is_dir() {
-            std::fs::remove_dir_all(entry.path())?;
-        } else {
-            std::fs::remove_file(entry.path())?;
-        }
     }
     Ok(())
 }

@@ -528,6 +528,11 @@ fn a_compaction_interrupted_by_a_panicking_callback_leaves_nothing() {
         } else {
             assert!(!target.exists(), "the unfinished copy is removed");
         }
+        let beside = dir.path().join(format!("copy-{existed}.unfinished"));
+        assert!(
+            !beside.exists(),
+            "the unfinished copy beside the target is removed"
+        );
         let report = env.compact_to(&target).expect("a later compaction");
         assert_eq!(report.trees, 3);
     }
