@@ -334,7 +334,8 @@ impl<'a> Unfinished<'a> {
         refuse_target(target, what)?;
         let Some(name) = target.file_name() else {
             return Err(Error::InvalidArgument(format!(
-                "{what} target {} names no directory",
+                "{what} target {} must end in a directory's name: the new environment \
+                 is written beside it first",
                 target.display()
             )));
         };
