@@ -578,7 +578,9 @@ impl Environment {
     ///
     /// # Errors
     /// [`Error::Locked`] if another handle has it open; [`Error::Corruption`] if the files
-    /// are damaged beyond a torn journal tail; I/O errors.
+    /// are damaged beyond a torn journal tail, or if a directory with no environment holds
+    /// files that creating one would write over (a `LOCK` file with content, a data file);
+    /// I/O errors.
     pub fn open(path: impl AsRef<Path>, options: Options) -> Result<Environment> {
         refuse_file(path.as_ref())?;
         let storage = FileStorage::new(path.as_ref())
@@ -1513,6 +1515,21 @@ fn refuse_unless_never_created(storage: &dyn Storage) -> Result<()> {
         let len = data.len().map_err(io("sizing the data file"))?;
         if !holds_only_an_empty_meta_page(&*data, len)? {
             found.push(format!("a data file of {len} bytes with content"));
+        }
+    }
+    // Nothing is written into `LOCK` until the first data write after creation: one with
+    // content is another program's file, or the lock of an environment whose other files
+    // are gone, and writing the writer's generation into it would change its bytes.
+    let lock_file = crate::storage::lock_file::LOCK_FILE;
+    if storage.exists(lock_file).map_err(io("checking LOCK"))? {
+        let len = storage
+            .open(lock_file, FileKind::Data, false)
+            .and_then(|file| file.len())
+            .map_err(io("sizing LOCK"))?;
+        if len > 0 {
+            found.push(format!(
+                "a {lock_file} file of {len} bytes (another program's? remove it if none uses it)"
+            ));
         }
     }
     if found.is_empty() {

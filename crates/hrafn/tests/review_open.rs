@@ -469,7 +469,6 @@ fn truncated_data_or_header_files_are_refused_and_left_alone() {
 /// A directory of another program's files: its files keep their bytes, whatever their
 /// names, when an environment is created beside them.
 #[test]
-#[ignore = "open writes its reader-process generation into byte 0 of any file named LOCK"]
 fn another_programs_files_keep_their_bytes() {
     let dir = tempfile::tempdir().expect("tempdir");
     // Names another store (LevelDB, RocksDB) or a user might have there.
@@ -496,6 +495,39 @@ fn another_programs_files_keep_their_bytes() {
         let now = std::fs::read(dir.path().join(name)).expect("still there");
         assert_eq!(now, bytes, "{name} was changed");
     }
+}
+
+/// The lock of an environment whose other files are gone is not taken for a new one's; an
+/// empty `LOCK` (what an interrupted creation leaves) is.
+#[test]
+fn a_lock_file_with_content_and_no_environment_is_refused_by_name() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = Environment::open(dir.path(), common::small_options()).expect("open");
+    env.submit(|wtx| wtx.open_tree("t")?.insert(b"k", b"v"))
+        .expect("write");
+    env.close().expect("close");
+    let lock = std::fs::read(dir.path().join("LOCK")).expect("LOCK");
+    assert!(!lock.is_empty(), "the writer's generation is in LOCK");
+    for entry in std::fs::read_dir(dir.path()).expect("list") {
+        let path = entry.expect("entry").path();
+        if path.file_name() != Some(std::ffi::OsStr::new("LOCK")) {
+            if path.is_dir() {
+                std::fs::remove_dir_all(&path).expect("remove");
+            } else {
+                std::fs::remove_file(&path).expect("remove");
+            }
+        }
+    }
+    match Environment::open(dir.path(), common::small_options()) {
+        Err(e) => assert!(e.is_corruption() && e.to_string().contains("LOCK"), "{e}"),
+        Ok(_) => panic!("created an environment over another's LOCK"),
+    }
+    assert_eq!(std::fs::read(dir.path().join("LOCK")).expect("LOCK"), lock);
+
+    std::fs::write(dir.path().join("LOCK"), b"").expect("empty LOCK");
+    let env = Environment::open(dir.path(), common::small_options()).expect("create");
+    env.submit(|wtx| wtx.open_tree("t")?.insert(b"k", b"v"))
+        .expect("write");
 }
 
 /// A progress callback that panics leaves no copy behind: a partial copy would open as an
