@@ -975,9 +975,10 @@ pub fn verify_chain(storages: &[(&dyn Storage, String)]) -> Result<Vec<Manifest>
 }
 
 /// Restores a chain — a full backup, then incrementals in the order they were taken —
-/// into directory `target` (created if missing; it must be empty). The chain is verified
-/// first; the files are laid down, and opening the result replays the incrementals'
-/// journal records through normal recovery, then checks its integrity. The restore is
+/// into directory `target` (created if missing; it must be empty, and its parent
+/// writable). The chain is verified first; the files are laid down, and opening the
+/// result replays the incrementals' journal records through normal recovery, then checks
+/// its integrity. The restore is
 /// written into the sibling directory `<target>.unfinished` and renamed to `target` once
 /// complete, so `target` never holds a partial restore: one that fails leaves `target` as
 /// it found it (absent, or empty), and a process killed meanwhile leaves the sibling, which

@@ -114,8 +114,8 @@ impl Environment {
     /// meanwhile stay in its scratch until the copy is done.
     ///
     /// `path` must not exist, or be an empty directory, and its parent must be writable.
-    /// The copy is opened with this
-    /// environment's options (except durability), and may be opened with any.
+    /// The copy is opened with this environment's options (except durability), and may be
+    /// opened with any.
     ///
     /// ```
     /// use hrafn::{Environment, Options};
@@ -141,10 +141,10 @@ impl Environment {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] if `path` exists and is not an empty directory, if
-    /// `<path>.unfinished` exists, or if a
-    /// global index holds entries that its tables' records do not give (written to it
-    /// directly: compaction cannot carry them); errors of the snapshot, of creating and
-    /// writing the copy ([`Error::NoSpace`], I/O), corruption met in the source.
+    /// `<path>.unfinished` exists, or if a global index holds entries that its tables'
+    /// records do not give (written to it directly: compaction cannot carry them); errors
+    /// of the snapshot, of creating and writing the copy ([`Error::NoSpace`], I/O),
+    /// corruption met in the source.
     pub fn compact_to(&self, path: impl AsRef<Path>) -> Result<CompactReport> {
         self.compact_to_with_progress(path, |_| {})
     }
@@ -370,8 +370,9 @@ impl<'a> Unfinished<'a> {
     /// syncs the directory holding both so the rename survives a crash.
     ///
     /// # Errors
-    /// I/O errors of the rename (the target gained files meanwhile, say) or the sync; the
-    /// copy is removed then.
+    /// I/O errors of the rename (the target gained files meanwhile, say), and the copy is
+    /// removed; or of the directory's sync, and the copy is in place but its new name may
+    /// not survive a crash.
     pub(crate) fn finished(mut self) -> Result<()> {
         std::fs::rename(&self.partial, self.target).map_err(|e| {
             Error::io(
