@@ -15,14 +15,14 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
-use std::sync::{Arc, Barrier, Condvar, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Instant;
 
 use anyhow::{Context, Result};
 use rand::{RngCore, SeedableRng, rngs::StdRng};
 
 use crate::result::BenchResult;
-use crate::workloads::{Config, DISK};
+use crate::workloads::{Config, DISK, timed_together};
 
 const ALIGN: usize = 4096;
 
@@ -175,7 +175,6 @@ pub fn group(workload: &str, cfg: &Config, dir: &Path, threads: u64) -> Result<B
     let mut buf = AlignedBuf::new(ALIGN);
     StdRng::seed_from_u64(9).fill_bytes(buf.as_mut_slice());
     let queue = (Mutex::new(GroupQueue::default()), Condvar::new());
-    let barrier = Barrier::new(threads as usize + 1);
 
     let (elapsed, writes, mut lat) = std::thread::scope(|s| -> Result<_> {
         let writer = s.spawn(|| -> Result<u64> {
@@ -199,46 +198,33 @@ pub fn group(workload: &str, cfg: &Config, dir: &Path, threads: u64) -> Result<B
                 }
             }
         });
-        let callers: Vec<_> = (0..threads)
-            .map(|_| {
-                let (barrier, queue) = (&barrier, &queue);
-                s.spawn(move || {
-                    let mut lat = Vec::with_capacity(per_thread as usize);
-                    barrier.wait();
-                    for _ in 0..per_thread {
-                        let t0 = Instant::now();
-                        let ack: Ack = Arc::default();
-                        lock(&queue.0).pending.push(Arc::clone(&ack));
-                        queue.1.notify_one();
-                        let mut done = lock(&ack.0);
-                        while !*done {
-                            done = ack.1.wait(done).unwrap_or_else(|p| p.into_inner());
-                        }
-                        lat.push(t0.elapsed());
-                    }
-                    (lat, Instant::now())
-                })
-            })
-            .collect();
-        // Timed as concurrent_writers, which this row is the reference of: the callers are
-        // spawned first, the clock starts before this thread joins the start barrier and
-        // stops when the last caller ends.
-        let start = Instant::now();
-        barrier.wait();
-        let mut lat: Vec<Duration> = Vec::new();
-        let mut end = start;
-        for c in callers {
-            let (l, done) = c.join().map_err(|_| anyhow::anyhow!("caller panicked"))?;
-            lat.extend(l);
-            end = end.max(done);
-        }
-        let elapsed = end - start;
+        // Timed as concurrent_writers, which this row is the reference of.
+        let timed = timed_together(threads, |_| {
+            let mut lat = Vec::with_capacity(per_thread as usize);
+            for _ in 0..per_thread {
+                let t0 = Instant::now();
+                let ack: Ack = Arc::default();
+                lock(&queue.0).pending.push(Arc::clone(&ack));
+                queue.1.notify_one();
+                let mut done = lock(&ack.0);
+                while !*done {
+                    done = ack.1.wait(done).unwrap_or_else(|p| p.into_inner());
+                }
+                lat.push(t0.elapsed());
+            }
+            Ok(lat)
+        });
         lock(&queue.0).closed = true;
         queue.1.notify_all();
         let writes = writer
             .join()
             .map_err(|_| anyhow::anyhow!("writer panicked"))??;
-        Ok((elapsed, writes, lat))
+        let (elapsed, lats) = timed?;
+        Ok((
+            elapsed,
+            writes,
+            lats.into_iter().flatten().collect::<Vec<_>>(),
+        ))
     })?;
     let requests = threads * per_thread;
     let mut r = BenchResult::measured(workload, DISK, cfg.scale, requests, "commits", elapsed)

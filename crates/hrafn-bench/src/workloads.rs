@@ -585,39 +585,18 @@ fn read_parallel(
         .collect();
     let engine = engine.as_ref();
     let run = sized(|passes| {
-        let barrier = Barrier::new(threads as usize + 1);
-        std::thread::scope(|s| -> Result<Duration> {
-            let handles: Vec<_> = parts
-                .iter()
-                .map(|ids| {
-                    let barrier = &barrier;
-                    s.spawn(move || -> Result<Instant> {
-                        barrier.wait();
-                        for _ in 0..passes {
-                            engine.read(&mut |r| {
-                                for &i in ids {
-                                    check_len(r.get(&decimal_key(i))?, i)?;
-                                }
-                                Ok(())
-                            })?;
-                        }
-                        Ok(Instant::now())
-                    })
-                })
-                .collect();
-            // The clock starts before this thread reaches the barrier, so before any reader can
-            // pass it, and stops when the last reader ends.
-            let start = Instant::now();
-            barrier.wait();
-            let mut end = start;
-            for h in handles {
-                let done = h
-                    .join()
-                    .map_err(|_| anyhow::anyhow!("reader thread panicked"))??;
-                end = end.max(done);
+        let (elapsed, _) = timed_together(threads, |t| {
+            for _ in 0..passes {
+                engine.read(&mut |r| {
+                    for &i in &parts[t as usize] {
+                        check_len(r.get(&decimal_key(i))?, i)?;
+                    }
+                    Ok(())
+                })?;
             }
-            Ok(end - start)
-        })
+            Ok(())
+        })?;
+        Ok(elapsed)
     })?;
     let note = format!("{threads} thread(s), each with its own read transaction");
     Ok(run.result(spec, name, cfg, (n, "reads"), &note))
@@ -723,6 +702,42 @@ fn commit_latency(spec: &Spec, name: &str, cfg: &Config, dir: &Path) -> Result<B
     Ok(r)
 }
 
+/// Runs `work(t)` on `threads` threads that start together, and returns each one's output
+/// with the time from before any of them can start to when the last one ends. The threads
+/// are spawned before the clock starts and wait at a barrier this thread joins after
+/// starting it: on 2 cores, a clock started after the barrier could miss threads that
+/// finish first (`read_parallel_t4` once reported 1653× LMDB that way).
+pub(crate) fn timed_together<T: Send>(
+    threads: u64,
+    work: impl Fn(u64) -> Result<T> + Sync,
+) -> Result<(Duration, Vec<T>)> {
+    let barrier = Barrier::new(threads as usize + 1);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let (barrier, work) = (&barrier, &work);
+                s.spawn(move || -> Result<(T, Instant)> {
+                    barrier.wait();
+                    let out = work(t)?;
+                    Ok((out, Instant::now()))
+                })
+            })
+            .collect();
+        let start = Instant::now();
+        barrier.wait();
+        let mut end = start;
+        let mut outs = Vec::with_capacity(handles.len());
+        for h in handles {
+            let (out, done) = h
+                .join()
+                .map_err(|_| anyhow::anyhow!("a timed thread panicked"))??;
+            outs.push(out);
+            end = end.max(done);
+        }
+        Ok((end - start, outs))
+    })
+}
+
 /// Threads of `concurrent_writers` (and of its no-engine reference, `journal_raw_group_4k`).
 const WRITER_THREADS: u64 = 16;
 
@@ -731,41 +746,19 @@ fn concurrent_writers(spec: &Spec, name: &str, cfg: &Config, dir: &Path) -> Resu
     let values = Values::new(6);
     let engine = engines::open(name, dir, true)?;
     let path = engine.concurrent_write_path();
-    let barrier = Barrier::new(WRITER_THREADS as usize + 1);
-    let (engine_ref, values) = (engine.as_ref(), &values);
-    let (elapsed, mut lat) = std::thread::scope(|s| -> Result<(Duration, Vec<Duration>)> {
-        let handles: Vec<_> = (0..WRITER_THREADS)
-            .map(|t| {
-                let barrier = &barrier;
-                s.spawn(move || -> Result<(Vec<Duration>, Instant)> {
-                    let mut lat = Vec::with_capacity(per_thread as usize);
-                    barrier.wait();
-                    for j in 0..per_thread {
-                        let i = t * per_thread + j;
-                        let kv = vec![(decimal_key(i).to_vec(), values.get(i).to_vec())];
-                        let t0 = Instant::now();
-                        engine_ref.write_concurrent(kv)?;
-                        lat.push(t0.elapsed());
-                    }
-                    Ok((lat, Instant::now()))
-                })
-            })
-            .collect();
-        // As in read_parallel: the clock starts before any writer can pass the barrier and
-        // stops when the last writer ends.
-        let start = Instant::now();
-        barrier.wait();
-        let mut end = start;
-        let mut all = Vec::new();
-        for h in handles {
-            let (lat, done) = h
-                .join()
-                .map_err(|_| anyhow::anyhow!("writer thread panicked"))??;
-            all.extend(lat);
-            end = end.max(done);
+    let engine_ref = engine.as_ref();
+    let (elapsed, lats) = timed_together(WRITER_THREADS, |t| {
+        let mut lat = Vec::with_capacity(per_thread as usize);
+        for j in 0..per_thread {
+            let i = t * per_thread + j;
+            let kv = vec![(decimal_key(i).to_vec(), values.get(i).to_vec())];
+            let t0 = Instant::now();
+            engine_ref.write_concurrent(kv)?;
+            lat.push(t0.elapsed());
         }
-        Ok((end - start, all))
+        Ok(lat)
     })?;
+    let mut lat: Vec<Duration> = lats.into_iter().flatten().collect();
     let stats = engine.commit_stats();
     drop(engine);
     let commits = WRITER_THREADS * per_thread;
