@@ -975,18 +975,20 @@ pub fn verify_chain(storages: &[(&dyn Storage, String)]) -> Result<Vec<Manifest>
 }
 
 /// Restores a chain — a full backup, then incrementals in the order they were taken —
-/// into directory `target` (created if missing; it must be empty, and its parent
-/// writable). The chain is verified first; the files are laid down, and opening the
+/// into directory `target` (created if missing; it must be empty, not a mount point, and
+/// its parent writable). The chain is verified first; the files are laid down, and opening the
 /// result replays the incrementals' journal records through normal recovery, then checks
 /// its integrity. The restore is
 /// written into the sibling directory `<target>.unfinished` and renamed to `target` once
 /// complete, so `target` never holds a partial restore: one that fails leaves `target` as
 /// it found it (absent, or empty), and a process killed meanwhile leaves the sibling, which
-/// the next restore refuses until it is removed.
+/// the next restore refuses until it is removed. The one exception: if syncing the parent
+/// after the rename fails, the error is returned with the complete restore at `target`.
 ///
 /// # Errors
 /// [`Error::InvalidBackup`] for a backup or chain that does not verify;
-/// [`Error::InvalidArgument`] if `target` holds files or `<target>.unfinished` exists; I/O
+/// [`Error::InvalidArgument`] if `target` holds files, is a mount point, or
+/// `<target>.unfinished` exists; I/O
 /// errors; corruption found by the integrity check.
 pub fn restore(backups: &[impl AsRef<Path>], target: impl AsRef<Path>) -> Result<RestoreReport> {
     let mut opened = Vec::new();

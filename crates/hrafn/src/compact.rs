@@ -113,8 +113,11 @@ impl Environment {
     /// snapshot stays open throughout, so pages that commits to this environment replace
     /// meanwhile stay in its scratch until the copy is done.
     ///
-    /// `path` must not exist, or be an empty directory, and its parent must be writable.
-    /// The copy is opened with this environment's options (except durability), and may be
+    /// `path` must not exist, or be an empty directory on its parent's file system (not a
+    /// mount point: the rename cannot replace one); its parent must be writable, and
+    /// missing ancestors are created. If syncing the parent after the rename fails, the
+    /// error is returned with the complete copy at `path`, whose new name may not survive
+    /// a crash. The copy is opened with this environment's options (except durability), and may be
     /// opened with any.
     ///
     /// ```
@@ -140,8 +143,8 @@ impl Environment {
     /// ```
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] if `path` exists and is not an empty directory, if
-    /// `<path>.unfinished` exists, or if a global index holds entries that its tables'
+    /// [`Error::InvalidArgument`] if `path` exists and is not an empty directory, or is a
+    /// mount point, if `<path>.unfinished` exists, or if a global index holds entries that its tables'
     /// records do not give (written to it directly: compaction cannot carry them); errors
     /// of the snapshot, of creating and writing the copy ([`Error::NoSpace`], I/O),
     /// corruption met in the source.
@@ -324,9 +327,10 @@ pub(crate) struct Unfinished<'a> {
 }
 
 impl<'a> Unfinished<'a> {
-    /// Refuses a target that exists and is not an empty directory, and one whose sibling
-    /// `<target>.unfinished` exists (an interrupted copy, or one still running); `what`
-    /// names the operation in the error.
+    /// Refuses a target that exists and is not an empty directory or is a mount point, and
+    /// one whose sibling `<target>.unfinished` exists (an interrupted copy, or one still
+    /// running); otherwise creates the sibling (and missing ancestors). `what` names the
+    /// operation in the error.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for such a target; I/O errors examining it.
@@ -342,10 +346,14 @@ impl<'a> Unfinished<'a> {
         let mut partial_name = name.to_os_string();
         partial_name.push(".unfinished");
         let partial = target.with_file_name(partial_name);
-        match std::fs::symlink_metadata(&partial) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(Error::io(format!("examining {}", partial.display()), e)),
-            Ok(_) => {
+        let parent = parent_of(target);
+        refuse_mount_point(target, parent, what)?;
+        create_dirs_synced(parent)?;
+        // Created here, not merely looked for: of two calls for one target, exactly one
+        // makes the sibling, so neither removes the other's copy when it is dropped.
+        match std::fs::create_dir(&partial) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                 return Err(Error::InvalidArgument(format!(
                     "{} exists: a {what} into {} was interrupted (or is still running); \
                      remove it, then try again",
@@ -353,6 +361,7 @@ impl<'a> Unfinished<'a> {
                     target.display()
                 )));
             }
+            Err(e) => return Err(Error::io(format!("creating {}", partial.display()), e)),
         }
         Ok(Unfinished {
             target,
@@ -385,14 +394,77 @@ impl<'a> Unfinished<'a> {
             )
         })?;
         self.armed = false;
-        let parent = match self.target.parent() {
-            Some(parent) if !parent.as_os_str().is_empty() => parent,
-            _ => Path::new("."),
-        };
-        std::fs::File::open(parent)
-            .and_then(|dir| dir.sync_all())
-            .map_err(|e| Error::io(format!("syncing {}", parent.display()), e))
+        sync_dir(parent_of(self.target))
     }
+}
+
+/// The directory holding `path` (`.` for a bare name).
+fn parent_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    }
+}
+
+fn sync_dir(dir: &Path) -> Result<()> {
+    std::fs::File::open(dir)
+        .and_then(|dir| dir.sync_all())
+        .map_err(|e| Error::io(format!("syncing {}", dir.display()), e))
+}
+
+/// Creates `dir` and any missing ancestors, syncing the directory that holds each one it
+/// creates: a copy that returned as durable must not vanish with a new ancestor's entry.
+fn create_dirs_synced(dir: &Path) -> Result<()> {
+    let mut missing = Vec::new();
+    let mut at = dir;
+    loop {
+        match std::fs::symlink_metadata(at) {
+            Ok(_) => break,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => missing.push(at),
+            Err(e) => return Err(Error::io(format!("examining {}", at.display()), e)),
+        }
+        match at.parent() {
+            Some(up) if !up.as_os_str().is_empty() => at = up,
+            _ => break,
+        }
+    }
+    for created in missing.into_iter().rev() {
+        match std::fs::create_dir(created) {
+            Ok(()) => {}
+            // Made meanwhile by someone else, who syncs it.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(Error::io(format!("creating {}", created.display()), e)),
+        }
+        sync_dir(parent_of(created))?;
+    }
+    Ok(())
+}
+
+/// Refuses an existing target on another file system than its parent (a mount point): the
+/// copy is written beside the target and renamed onto it, which cannot cross file systems
+/// nor replace a mount point. Refused before any work, not at the rename after all of it.
+fn refuse_mount_point(target: &Path, parent: &Path, what: &str) -> Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let Ok(target_metadata) = std::fs::symlink_metadata(target) else {
+            return Ok(()); // absent: made by the rename, on the parent's file system
+        };
+        let parent_metadata = std::fs::metadata(parent)
+            .map_err(|e| Error::io(format!("examining {}", parent.display()), e))?;
+        if target_metadata.dev() != parent_metadata.dev() {
+            return Err(Error::InvalidArgument(format!(
+                "{what} target {} is a mount point (another file system than {}): the new \
+                 environment is written beside the target and renamed onto it; give a \
+                 directory inside it instead",
+                target.display(),
+                parent.display()
+            )));
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = (target, parent, what);
+    Ok(())
 }
 
 impl Drop for Unfinished<'_> {
@@ -427,4 +499,60 @@ fn refuse_target(path: &Path, what: &str) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_copy_for_one_target_is_refused_while_the_first_runs() {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let target = dir.path().join("copy");
+        let first = Unfinished::new(&target, "compaction").expect("the first call");
+        assert!(first.path().is_dir(), "the sibling is made by the call");
+        match Unfinished::new(&target, "compaction") {
+            Err(Error::InvalidArgument(message)) => assert!(message.contains(".unfinished")),
+            Err(other) => panic!("refused with the wrong kind: {other}"),
+            Ok(_) => panic!("a second copy into the same sibling was let through"),
+        }
+        assert!(
+            first.path().is_dir(),
+            "the refused call left the first one's copy"
+        );
+        drop(first);
+        assert!(!dir.path().join("copy.unfinished").exists());
+        assert!(
+            !target.exists(),
+            "the target is never touched before the rename"
+        );
+        let again = Unfinished::new(&target, "compaction").expect("free again");
+        std::fs::write(again.path().join("file"), b"x").expect("write");
+        again.finished().expect("rename");
+        assert!(target.join("file").is_file());
+    }
+
+    #[test]
+    fn missing_ancestors_are_created() {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let target = dir.path().join("a/b/copy");
+        let copy = Unfinished::new(&target, "restore").expect("new");
+        assert!(dir.path().join("a/b/copy.unfinished").is_dir());
+        copy.finished().expect("rename");
+        assert!(target.is_dir());
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_target_on_another_file_system_than_its_parent_is_refused() {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let parent = dir.path().parent().expect("a parent");
+        refuse_mount_point(dir.path(), parent, "restore").expect("same file system");
+        refuse_mount_point(&dir.path().join("absent"), parent, "restore").expect("absent");
+        // /proc is always another file system than a temporary directory's.
+        match refuse_mount_point(dir.path(), Path::new("/proc"), "restore") {
+            Err(Error::InvalidArgument(message)) => assert!(message.contains("mount point")),
+            other => panic!("not refused: {other:?}"),
+        }
+    }
 }

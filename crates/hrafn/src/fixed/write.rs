@@ -179,7 +179,7 @@ fn insert_or_redistribute<S: PageStore>(
 }
 
 /// A full leaf shares its keys with a neighbour under the same parent when that one holds
-/// at most this share of its entries (here 31/32), so at least 1/64 of them move (4 of a
+/// at most this share of its entries (here 31/32), so at least 1/64 of them move (5 of a
 /// 313-entry leaf). Sharing is rare even so (about one insert in 50 under random keys), and
 /// each moves few entries, so a higher share costs no time that a run can measure.
 const REDISTRIBUTE_SHARE: (usize, usize) = (31, 32);

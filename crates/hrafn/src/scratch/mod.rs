@@ -128,12 +128,14 @@ impl PageBuf {
         assert!(page_count >= 1, "a page buffer holds at least one page");
         let len = page_count * PAGE_SIZE_BYTES;
         usage.add(len as u64, true);
-        let bytes = match (page_count, usage.pooled_page()) {
-            (1, Some(mut page)) => {
+        // Only a one-page buffer asks the pool: a page taken for a longer run would be freed.
+        let pooled = (page_count == 1).then(|| usage.pooled_page()).flatten();
+        let bytes = match pooled {
+            Some(mut page) => {
                 page.fill(0);
                 page
             }
-            _ => vec![0u8; len].into_boxed_slice(),
+            None => vec![0u8; len].into_boxed_slice(),
         };
         PageBuf {
             backing: Backing::Memory(bytes),
@@ -250,5 +252,21 @@ mod tests {
         assert_eq!(usage.used_bytes(), 0);
         assert_eq!(usage.memory_bytes(), 0);
         assert_eq!(usage.peak_bytes(), 4 * PAGE_SIZE_BYTES as u64);
+    }
+
+    #[test]
+    fn a_run_of_pages_leaves_the_pool_its_pages() {
+        let usage = Arc::new(ScratchUsage::default());
+        drop(PageBuf::zeroed(1, &usage));
+        assert_eq!(usage.pool.lock().len(), 1, "a freed page is kept");
+        let run = PageBuf::zeroed(3, &usage);
+        assert_eq!(usage.pool.lock().len(), 1, "a run does not take a pooled page");
+        assert!(run.bytes().iter().all(|&b| b == 0));
+        let mut page = PageBuf::zeroed(1, &usage);
+        assert_eq!(usage.pool.lock().len(), 0, "a one-page buffer reuses it");
+        assert!(page.bytes().iter().all(|&b| b == 0), "and zeroes it");
+        page.bytes_mut()[100] = 1;
+        drop(page);
+        assert!(PageBuf::zeroed(1, &usage).bytes().iter().all(|&b| b == 0));
     }
 }
