@@ -383,6 +383,17 @@ impl<'a> Unfinished<'a> {
     /// removed; or of the directory's sync, and the copy is in place but its new name may
     /// not survive a crash.
     pub(crate) fn finished(mut self) -> Result<()> {
+        // An empty target directory the caller made keeps its permissions (the rename
+        // replaces it with the sibling, made with the process's defaults). Set last, so
+        // a read-only mode does not stop the copy's own writes.
+        if let Ok(metadata) = std::fs::metadata(self.target) {
+            std::fs::set_permissions(&self.partial, metadata.permissions()).map_err(|e| {
+                Error::io(
+                    format!("giving {} its target's permissions", self.partial.display()),
+                    e,
+                )
+            })?;
+        }
         std::fs::rename(&self.partial, self.target).map_err(|e| {
             Error::io(
                 format!(
@@ -529,6 +540,25 @@ mod tests {
         let again = Unfinished::new(&target, "compaction").expect("free again");
         std::fs::write(again.path().join("file"), b"x").expect("write");
         again.finished().expect("rename");
+        assert!(target.join("file").is_file());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn an_empty_target_directory_keeps_its_permissions() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let target = dir.path().join("copy");
+        std::fs::create_dir(&target).expect("mkdir");
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o710)).expect("chmod");
+        let copy = Unfinished::new(&target, "restore").expect("new");
+        std::fs::write(copy.path().join("file"), b"x").expect("write");
+        copy.finished().expect("rename");
+        let mode = std::fs::metadata(&target)
+            .expect("stat")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o7777, 0o710);
         assert!(target.join("file").is_file());
     }
 
