@@ -114,8 +114,8 @@ impl Environment {
     /// meanwhile stay in its scratch until the copy is done.
     ///
     /// `path` must not exist, or be an empty directory on its parent's file system (not a
-    /// mount point: the rename cannot replace one); its parent must be writable, and
-    /// missing ancestors are created. If syncing the parent after the rename fails, the
+    /// mount point: the rename cannot replace one, and an existing one keeps its
+    /// permissions); its parent must be writable, and missing ancestors are created. If syncing the parent after the rename fails, the
     /// error is returned with the complete copy at `path`, whose new name may not survive
     /// a crash. The copy is opened with this environment's options (except durability), and may be
     /// opened with any.
