@@ -118,7 +118,9 @@ impl Environment {
     /// permissions); its parent must be writable, and missing ancestors are created. If syncing the parent after the rename fails, the
     /// error is returned with the complete copy at `path`, whose new name may not survive
     /// a crash. The copy is opened with this environment's options (except durability), and may be
-    /// opened with any.
+    /// opened with any. It keeps incremental backups on if this environment was created
+    /// with them, whatever this open's options say; a copy is a new environment, so its
+    /// chain starts with a new full backup.
     ///
     /// ```
     /// use hrafn::{Environment, Options};
@@ -162,7 +164,14 @@ impl Environment {
         path: impl AsRef<Path>,
         progress: impl FnMut(&CompactProgress<'_>),
     ) -> Result<CompactReport> {
-        let options = self.inner.options.clone();
+        // Incremental backups are a property of the environment, stored when it was
+        // created, not of the options it was opened with this time: the copy keeps it.
+        let incremental_backups = self.inner.flush_book.lock().header.backup.enabled;
+        let options = self
+            .inner
+            .options
+            .clone()
+            .incremental_backups(incremental_backups);
         self.compact_with_options(path.as_ref(), options, progress)
     }
 

@@ -653,3 +653,50 @@ fn a_large_copy_commits_in_bounded_transactions() -> hrafn::Result<()> {
     b.check()?;
     Ok(())
 }
+
+/// An environment created with incremental backups, opened later with default options (an
+/// existing environment keeps what it was created with), compacts into a copy that keeps
+/// them: a new chain (full, then incremental) can be taken from the copy.
+#[test]
+fn a_copy_keeps_incremental_backups_from_its_source() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let db = dir.path().join("db");
+    {
+        let env = Environment::open(&db, options().incremental_backups(true)).expect("create");
+        let mut wtx = env.begin_write().expect("write");
+        wtx.open_tree("t")
+            .expect("tree")
+            .insert(b"k", b"v")
+            .expect("insert");
+        wtx.commit().expect("commit");
+    }
+    let env = Environment::open(&db, options()).expect("reopen without the option");
+    let copy_dir = dir.path().join("copy");
+    env.compact_to(&copy_dir).expect("compact");
+    let copy = Environment::open(&copy_dir, options()).expect("open the copy");
+    copy.backup_to(dir.path().join("full"))
+        .expect("full backup");
+    let mut wtx = copy.begin_write().expect("write");
+    wtx.open_tree("t")
+        .expect("tree")
+        .insert(b"k2", b"v")
+        .expect("insert");
+    wtx.commit().expect("commit");
+    copy.incremental_backup_to(dir.path().join("incremental"))
+        .expect("the copy takes incremental backups as its source did");
+
+    // Without the option at creation, the copy has none either.
+    let plain = dir.path().join("plain");
+    drop(Environment::open(&plain, options()).expect("create"));
+    let plain_env = Environment::open(&plain, options().incremental_backups(true)).expect("open");
+    let plain_copy = dir.path().join("plain-copy");
+    plain_env.compact_to(&plain_copy).expect("compact");
+    drop(plain_env);
+    let copy = Environment::open(&plain_copy, options()).expect("open");
+    copy.backup_to(dir.path().join("plain-full"))
+        .expect("full backup");
+    assert!(matches!(
+        copy.incremental_backup_to(dir.path().join("plain-incremental")),
+        Err(Error::InvalidArgument(_))
+    ));
+}
