@@ -3,9 +3,11 @@
 //!
 //! In place, the copy is written into a sibling directory `<name>.compacting` while the
 //! original is held open for writing (so no other writer can change it meanwhile); then,
-//! with the writer's lock taken again, the two directories are exchanged in one atomic
-//! rename where the file system allows it (else renamed one after the other), and the
-//! original is removed.
+//! with the writer's lock taken again (and the original's files unchanged since it was
+//! closed), the two directories are exchanged in one atomic rename where the file system
+//! allows it (else renamed one after the other), and the original is removed. Since the
+//! whole directory is replaced, one that holds no environment, holds other entries, or is
+//! a mount point is refused before anything is written.
 
 use crate::{Failure, fail};
 use hrafn::storage::{FileStorage, Storage};
@@ -69,6 +71,17 @@ fn copy(env: &Environment, target: &Path) -> Result<CompactReport, Failure> {
     })
 }
 
+/// The entries of an environment's directory (`docs/format.md`, "Files"): anything else in
+/// it would be deleted with the original by an in-place compaction.
+const ENVIRONMENT_ENTRIES: [&str; 6] = [
+    hrafn::DATA_FILE,
+    "header.a",
+    "header.b",
+    "journal",
+    "LOCK",
+    "scratch",
+];
+
 /// Compacts `dir` into a sibling directory and swaps the copy in.
 fn in_place(dir: &Path) -> Result<CompactReport, Failure> {
     crate::require_dir(dir)?;
@@ -90,6 +103,12 @@ fn in_place(dir: &Path) -> Result<CompactReport, Failure> {
             ),
         ));
     }
+    refuse_mount_point(&dir, parent)?;
+    // A directory with no environment is refused here, as every read-only command refuses
+    // it: a writer's open would create one in it, and the swap would then delete what the
+    // directory held.
+    drop(crate::open(&dir)?);
+    refuse_foreign_entries(&dir)?;
     // No spare journals: they would only count in the size before.
     let options = Options::default().journal_spare_files(0);
     let env = Environment::open(&dir, options).map_err(|e| match e {
@@ -101,32 +120,57 @@ fn in_place(dir: &Path) -> Result<CompactReport, Failure> {
                 dir.display()
             ),
         ),
-        e => fail(3, format!("opening {}: {e}", dir.display())),
+        e => crate::opening_failed(&dir, e),
     })?;
+    // Made empty with the original's permissions, which the copy keeps.
+    let made = std::fs::create_dir(&temp)
+        .and_then(|()| std::fs::set_permissions(&temp, std::fs::metadata(&dir)?.permissions()));
+    if let Err(e) = made {
+        let _ = std::fs::remove_dir(&temp);
+        return Err(fail(3, format!("creating {}: {e}", temp.display())));
+    }
     let report = copy(&env, &temp);
     drop(env);
-    let report = report?;
+    let report = report.inspect_err(|_| {
+        let _ = std::fs::remove_dir(&temp); // left empty by a failed copy
+    })?;
+    let left_as_it_was = |why: String| {
+        let _ = std::fs::remove_dir_all(&temp);
+        fail(3, format!("{}: {why}; it is left as it was", dir.display()))
+    };
+    // What the original looks like once closed: between this close and the lock below,
+    // another writer could commit; the copy would not hold its transactions.
+    let closed = files_written(&dir).map_err(|e| left_as_it_was(format!("listing it: {e}")))?;
 
     // Keep writers out until the copy is in place.
     let lock = match FileStorage::existing(&dir).and_then(|storage| storage.lock()) {
         Ok(lock) => lock,
-        Err(e) => {
-            let _ = std::fs::remove_dir_all(&temp);
-            return Err(if e.kind() == std::io::ErrorKind::WouldBlock {
-                fail(
-                    3,
-                    format!(
-                        "{}: another process opened it for writing as compaction ended; it \
-                         is left as it was",
-                        dir.display()
-                    ),
-                )
-            } else {
-                fail(3, format!("locking {}: {e}", dir.display()))
-            });
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+            return Err(left_as_it_was(
+                "another process opened it for writing as compaction ended".into(),
+            ));
         }
+        Err(e) => return Err(left_as_it_was(format!("locking it: {e}"))),
     };
+    match files_written(&dir) {
+        Ok(now) if now == closed => {}
+        Ok(_) => {
+            return Err(left_as_it_was(
+                "another process wrote to it as compaction ended, so the copy lacks its \
+                 transactions; compact again"
+                    .into(),
+            ));
+        }
+        Err(e) => return Err(left_as_it_was(format!("listing it: {e}"))),
+    }
     swap(&dir, &temp, &parent.join(format!("{name}.precompact")))?;
+    // The exchange is made durable before anything of the original is deleted.
+    let sync_parent = || {
+        std::fs::File::open(parent)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| fail(3, format!("syncing {}: {e}", parent.display())))
+    };
+    sync_parent()?;
     drop(lock);
     // `temp` now holds the original.
     std::fs::remove_dir_all(&temp).map_err(|e| {
@@ -139,10 +183,84 @@ fn in_place(dir: &Path) -> Result<CompactReport, Failure> {
             ),
         )
     })?;
-    std::fs::File::open(parent)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| fail(3, format!("syncing {}: {e}", parent.display())))?;
+    sync_parent()?;
     Ok(report)
+}
+
+/// Refuses a directory that is a mount point: the copy is written beside it, on the
+/// parent's file system, and could not be swapped in.
+fn refuse_mount_point(dir: &Path, parent: &Path) -> Result<(), Failure> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = |path: &Path| {
+        std::fs::metadata(path)
+            .map(|m| m.dev())
+            .map_err(|e| fail(3, format!("{}: {e}", path.display())))
+    };
+    if dev(dir)? != dev(parent)? {
+        return Err(fail(
+            2,
+            format!(
+                "{} is a mount point: an in-place compaction writes its copy beside it, on \
+                 another file system, and cannot swap it in; use --into",
+                dir.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses a directory holding entries that are not the environment's own.
+fn refuse_foreign_entries(dir: &Path) -> Result<(), Failure> {
+    let listing = std::fs::read_dir(dir).map_err(|e| fail(3, format!("{}: {e}", dir.display())))?;
+    let mut foreign = Vec::new();
+    for entry in listing {
+        let entry = entry.map_err(|e| fail(3, format!("{}: {e}", dir.display())))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !ENVIRONMENT_ENTRIES.contains(&name.as_str()) {
+            foreign.push(name);
+        }
+    }
+    if foreign.is_empty() {
+        return Ok(());
+    }
+    foreign.sort();
+    Err(fail(
+        2,
+        format!(
+            "{} holds entries that are not the environment's ({}): compacting in place \
+             replaces the whole directory and would delete them; move them out, or use --into",
+            dir.display(),
+            foreign.join(", ")
+        ),
+    ))
+}
+
+/// Every file a writer writes in `dir` (the data file, the headers, the journals), with
+/// its length and modification time: a commit changes one of them. `LOCK` and scratch
+/// files are left out: readers write those without changing any data.
+fn files_written(dir: &Path) -> std::io::Result<Vec<(String, u64, std::time::SystemTime)>> {
+    let mut files = Vec::new();
+    for sub in ["", "journal"] {
+        let listing = match std::fs::read_dir(dir.join(sub)) {
+            Ok(listing) => listing,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !sub.is_empty() => continue,
+            Err(e) => return Err(e),
+        };
+        for entry in listing {
+            let entry = entry?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let metadata = entry.metadata()?;
+            if metadata.is_file() && name != "LOCK" {
+                files.push((
+                    format!("{sub}/{name}"),
+                    metadata.len(),
+                    metadata.modified()?,
+                ));
+            }
+        }
+    }
+    files.sort();
+    Ok(files)
 }
 
 /// Puts the copy at `temp` in place of `dir`, and the original at `temp`: one atomic

@@ -426,6 +426,60 @@ fn compact_in_place_shrinks_the_directory_and_keeps_the_data() {
     assert_eq!(left, vec![std::ffi::OsString::from("db")]);
 }
 
+/// In place, a compaction replaces the whole directory: one that holds no environment, or
+/// holds entries that are not the environment's, is refused and left as it was; a
+/// directory's permissions survive the swap.
+#[test]
+fn compact_in_place_refuses_what_it_would_delete_and_keeps_permissions() {
+    use std::os::unix::fs::PermissionsExt;
+    let parent = tempfile::tempdir().expect("tempdir");
+    let left = |dir: &std::path::Path| -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .expect("list")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+
+    // A mistyped path: a directory of other things, no environment.
+    let data = parent.path().join("data");
+    std::fs::create_dir_all(data.join("app")).expect("mkdir");
+    std::fs::write(data.join("notes.txt"), b"mine").expect("write");
+    let refused = hrafn(&["compact", data.to_str().expect("utf-8")]);
+    assert!(!refused.status.success(), "{refused:?}");
+    assert_eq!(
+        left(&data),
+        ["app", "notes.txt"],
+        "nothing created or deleted"
+    );
+    assert_eq!(left(parent.path()), ["data"], "no copy left beside it");
+
+    // An environment with someone else's file in its directory.
+    let db = parent.path().join("db");
+    drop(Environment::open(&db, Options::default()).expect("create"));
+    std::fs::write(db.join("README"), b"do not delete").expect("write");
+    let refused = hrafn(&["compact", db.to_str().expect("utf-8")]);
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("README"),
+        "{refused:?}"
+    );
+    assert_eq!(
+        std::fs::read(db.join("README")).expect("kept"),
+        b"do not delete"
+    );
+    std::fs::remove_file(db.join("README")).expect("remove");
+
+    // Without it, the compaction runs, and the directory keeps its mode.
+    std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    let compacted = hrafn(&["compact", db.to_str().expect("utf-8")]);
+    assert!(compacted.status.success(), "{compacted:?}");
+    let mode = std::fs::metadata(&db).expect("stat").permissions().mode();
+    assert_eq!(mode & 0o777, 0o700);
+    assert_eq!(left(parent.path()), ["data", "db"]);
+}
+
 #[test]
 fn compact_into_another_directory_while_a_writer_goes_on() {
     let (dir, writer) = sparse_fixture();
