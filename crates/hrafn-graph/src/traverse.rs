@@ -365,12 +365,20 @@ impl GraphRead<'_> {
         let limited = t.max_depth.is_some();
         let mut dist: HashMap<(u64, u32), f64> = HashMap::from_iter([((from, 0), 0.0)]);
         let mut parent: HashMap<(u64, u32), (u64, u32)> = HashMap::default();
-        let mut done = HashSet::default();
+        // Per node, the fewest hops among its states taken off the heap. States come off
+        // lightest first, so a state with at least that many hops is no lighter and no
+        // shorter than one already taken: nothing reached from it is new. Without this, a
+        // zero-weight cycle would yield a state per hop up to the depth limit.
+        let mut settled_hops: HashMap<u64, u32> = HashMap::default();
+        let dominated = |settled: &HashMap<u64, u32>, node: u64, hops: u32| {
+            settled.get(&node).is_some_and(|&fewest| fewest <= hops)
+        };
         let mut heap = BinaryHeap::from([Entry(0.0, from, 0)]);
         while let Some(Entry(d, id, hops)) = heap.pop() {
-            if !done.insert((id, hops)) {
+            if dominated(&settled_hops, id, hops) {
                 continue;
             }
+            settled_hops.insert(id, hops);
             if id == to {
                 let mut path = vec![to];
                 let mut at = (id, hops);
@@ -386,7 +394,7 @@ impl GraphRead<'_> {
             }
             let next_hops = if limited { hops + 1 } else { 0 };
             for (node, edge) in self.steps(id, t)? {
-                if done.contains(&(node, next_hops)) || !self.admits(node, t)? {
+                if dominated(&settled_hops, node, next_hops) || !self.admits(node, t)? {
                     continue;
                 }
                 let w = self

@@ -288,7 +288,8 @@ fn weighted_paths_through_zero_weight_cycles_repeat_no_node() {
         })
         .expect("write");
     g.read(|r| {
-        for depth in [None, Some(1), Some(3), Some(5), Some(8)] {
+        // The largest limit too: a state per hop around the cycle would never end.
+        for depth in [None, Some(1), Some(3), Some(5), Some(8), Some(u32::MAX)] {
             let tr = Traversal {
                 max_depth: depth,
                 ..Traversal::default()
@@ -304,6 +305,8 @@ fn weighted_paths_through_zero_weight_cycles_repeat_no_node() {
                 },
                 "depth {depth:?}"
             );
+            // Unreachable: the search ends once every node is taken, cycle or not.
+            assert_eq!(r.shortest_path_weighted(t, a, "w", &tr)?, None);
         }
         Ok(())
     })
