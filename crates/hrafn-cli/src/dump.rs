@@ -39,21 +39,11 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 fn unhex(s: &str, line: usize) -> Result<Vec<u8>, Failure> {
-    let bad = || crate::fail(3, format!("dump line {line}: {s:?} is not hex"));
     if s == "-" {
         return Ok(Vec::new());
     }
-    if !s.len().is_multiple_of(2) {
-        return Err(bad());
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| {
-            s.get(i..i + 2)
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(bad)
-        })
-        .collect()
+    crate::decode_hex(s)
+        .ok_or_else(|| crate::fail(3, format!("dump line {line}: {s:?} is not hex")))
 }
 
 fn kind_words(kind: TreeKind) -> String {
@@ -124,9 +114,14 @@ pub fn dump(env: &Environment, out: &mut impl Write) -> Result<(), Failure> {
     Ok(())
 }
 
-/// Reads a dump and writes its content into `env` (trees that exist are added to), in
-/// write transactions of bounded size. Returns the entries and records loaded.
-pub fn load(env: &Environment, input: impl BufRead) -> Result<u64, Failure> {
+/// Reads a dump and writes its content into the environment `open` gives (trees that exist
+/// are added to), in write transactions of bounded size. Returns the entries and records
+/// loaded. `open` is called once the first line says the input is a dump, so a wrong
+/// input leaves no new environment behind.
+pub fn load(
+    open: impl FnOnce() -> Result<Environment, Failure>,
+    input: impl BufRead,
+) -> Result<u64, Failure> {
     let mut lines = input.lines();
     let first = lines.next().transpose()?.unwrap_or_default();
     if first != DUMP_HEADER {
@@ -135,7 +130,8 @@ pub fn load(env: &Environment, input: impl BufRead) -> Result<u64, Failure> {
             format!("not a dump: the first line is {first:?}"),
         ));
     }
-    let mut loader = Loader::new(env);
+    let env = open()?;
+    let mut loader = Loader::new(&env);
     for (i, line) in lines.enumerate() {
         let line_number = i + 2;
         let line = line?;

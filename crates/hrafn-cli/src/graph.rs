@@ -344,15 +344,7 @@ fn ids_line(ids: &[u64]) -> String {
 /// A value given on the command line, read as `load` reads a CSV cell: an integer, a
 /// float, `true`/`false`, or else text.
 fn parse_value(s: &str) -> Value {
-    if let Ok(i) = s.parse::<i64>() {
-        Value::Int(i)
-    } else if let Ok(f) = s.parse::<f64>() {
-        Value::Float(f)
-    } else if s == "true" || s == "false" {
-        Value::Bool(s == "true")
-    } else {
-        Value::Text(s.to_string())
-    }
+    hrafn_graph::cell_value(s).unwrap_or_else(|| Value::Text(String::new()))
 }
 
 /// A property value as JSON: null, a boolean, a number or a string; bytes are
@@ -614,5 +606,17 @@ mod tests {
         assert_eq!(parse_value("true"), Value::Bool(true));
         assert_eq!(parse_value("false"), Value::Bool(false));
         assert_eq!(parse_value("Ada"), Value::Text("Ada".into()));
+        // What the loader keeps as text, so does a query: words, leading zeros, signs.
+        for text in [
+            "Nan",
+            "inf",
+            "Infinity",
+            "007",
+            "+7",
+            "12345678901234567890",
+            "",
+        ] {
+            assert_eq!(parse_value(text), Value::Text(text.into()), "{text}");
+        }
     }
 }

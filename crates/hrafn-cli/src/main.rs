@@ -356,8 +356,8 @@ fn run(command: Command, out: &mut impl Write) -> Result<(), Failure> {
         Command::Dump { dir } => dump::dump(&open(&dir)?, out),
         Command::Compact { dir, into } => compact::compact(&dir, into.as_deref(), out),
         Command::Load { dir } => {
-            let env =
-                Environment::open(&dir, Options::default()).map_err(|e| opening_failed(&dir, e))?;
+            let open =
+                || Environment::open(&dir, Options::default()).map_err(|e| opening_failed(&dir, e));
             let stdin = std::io::stdin();
             // A bar by bytes when the dump comes from a file (its size is known).
             let size_bytes = stdin
@@ -377,7 +377,7 @@ fn run(command: Command, out: &mut impl Write) -> Result<(), Failure> {
                         .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
                 ),
             }
-            let loaded = dump::load(&env, bar.wrap_read(stdin.lock()))?;
+            let loaded = dump::load(open, bar.wrap_read(stdin.lock()))?;
             bar.finish_and_clear();
             eprintln!("loaded {loaded} entries and records");
             Ok(())
@@ -458,14 +458,21 @@ fn from_hex(s: &str) -> Result<Vec<u8>, Failure> {
     if !s.len().is_multiple_of(2) {
         return Err(fail(2, "hex of odd length"));
     }
-    // By bytes: slicing the text could split a multi-byte character.
+    decode_hex(s).ok_or_else(|| fail(2, "not hex"))
+}
+
+/// The bytes `s` spells as pairs of hex digits (either case); `None` for anything else,
+/// a sign included (`from_str_radix` alone would read `+f` as `0f`).
+pub(crate) fn decode_hex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
     s.as_bytes()
         .chunks(2)
         .map(|pair| {
             std::str::from_utf8(pair)
                 .ok()
                 .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| fail(2, "not hex"))
         })
         .collect()
 }

@@ -59,7 +59,8 @@ fn small_env(dir: &Path, options: Options) -> Environment {
 fn a_hex_key_with_a_multibyte_character_is_bad_usage_not_a_panic() {
     let dir = tempfile::tempdir().expect("tempdir");
     drop(small_env(dir.path(), Options::default()));
-    for key in ["a\u{e9}0", "\u{e9}\u{e9}", "0g"] {
+    // Signs too: `from_str_radix` alone reads `+f` as 0x0f.
+    for key in ["a\u{e9}0", "\u{e9}\u{e9}", "0g", "+f", "+0ff"] {
         let o = hrafn(&["get", s(dir.path()), "t", key, "--hex-key"]);
         assert_fails(&o, 2, "not hex");
     }
@@ -332,7 +333,12 @@ fn writing_commands_on_an_environment_another_process_holds_fail_with_code_3() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("run hrafn load");
-    drop(load.stdin.take());
+    {
+        use std::io::Write;
+        // A dump's first line: only then does `load` open the environment.
+        let mut stdin = load.stdin.take().expect("stdin");
+        stdin.write_all(b"hrafn-dump 1\n").expect("feed");
+    }
     let load = load.wait_with_output().expect("load");
     assert_fails(&load, 3, s(&db));
     assert_fails(&hrafn(&["compact", s(&db)]), 3, s(&db));
@@ -432,4 +438,35 @@ fn a_bad_table_schema_in_a_dump_names_its_line_and_exits_3() {
     .expect("write the dump");
     let o = child.wait_with_output().expect("wait");
     assert_fails(&o, 3, "dump line 2");
+}
+
+/// `load` reads the first line before it opens anything: input that is not a dump leaves
+/// no environment behind; a dump whose hex has a sign is refused, naming the line.
+#[test]
+fn load_refuses_what_is_not_a_dump_before_creating_anything() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let run = |dir: &Path, input: &[u8]| {
+        let mut load = Command::new(env!("CARGO_BIN_EXE_hrafn"))
+            .args(["load", s(dir)])
+            .stdin(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run hrafn load");
+        {
+            use std::io::Write;
+            let mut stdin = load.stdin.take().expect("stdin");
+            stdin.write_all(input).expect("feed");
+        }
+        load.wait_with_output().expect("load")
+    };
+    let fresh = work.path().join("fresh");
+    assert_fails(&run(&fresh, b"id,label\n1,Person\n"), 3, "not a dump");
+    assert!(
+        !fresh.exists(),
+        "nothing created for input that is not a dump"
+    );
+
+    let signed = work.path().join("signed");
+    let dump = b"hrafn-dump 1\ntree 74 btree\nentry +a +b\nend\n";
+    assert_fails(&run(&signed, dump), 3, "line 3");
 }

@@ -18,7 +18,7 @@ pub use graph::{
     DeleteMode, Direction, Edge, Graph, GraphRead, GraphWriter, LAYOUT_VERSION, Neighbour, Node,
     check_layout,
 };
-pub use load::{LoadProgress, LoadReport};
+pub use load::{LoadProgress, LoadReport, cell_value};
 pub use pattern::Pattern;
 pub use traverse::{LEVEL_THREADS_MAX, PARALLEL_LEVEL_MIN_NODES, Traversal};
 pub use value::{Properties, Value};

@@ -2,8 +2,8 @@
 //!
 //! Nodes: a header `id,label,<property>...`, then one node per row; `id` is the file's own
 //! name for the node (kept as the text property `_id`), used by the edge file. Edges: a
-//! header `src,dst,type,<property>...`. A property cell is read as an integer, a float,
-//! `true`/`false`, or else text; an empty cell sets nothing.
+//! header `src,dst,type,<property>...`. A property cell is read by [`cell_value`]: an
+//! integer, a float, `true`/`false`, or else text; an empty cell sets nothing.
 //!
 //! Edges are stored in rounds of up to [`ROUND_EDGES`] rows, each round reordered for
 //! locality before it is cut into transactions: a transaction of edges in file order
@@ -131,15 +131,26 @@ pub struct LoadReport {
     pub ids: HashMap<String, u64>,
 }
 
-fn cell_value(cell: &str) -> Option<Value> {
+/// The value a CSV cell stores (`None` for an empty cell, which sets nothing): an integer
+/// when the cell is one exactly as `i64` prints it, a float when it has digits and a point
+/// or an exponent and is finite, `true` or `false`, or else the text itself. So nothing is
+/// changed on the way in: `007` and `+7` (codes, phone numbers) stay text, as does an
+/// integer too large for `i64`, which a float would round, and `NaN` or `inf`.
+pub fn cell_value(cell: &str) -> Option<Value> {
     if cell.is_empty() {
         return None;
     }
-    // Rust's float parser also takes words ("NaN", "inf", "Infinity"): a float has digits.
-    let numeric = cell.bytes().any(|b| b.is_ascii_digit());
-    Some(if let Ok(i) = cell.parse::<i64>() {
+    let integer = cell.parse::<i64>().ok().filter(|i| i.to_string() == cell);
+    let float_like = cell.bytes().any(|b| b.is_ascii_digit())
+        && cell.bytes().any(|b| matches!(b, b'.' | b'e' | b'E'))
+        && !cell.starts_with('+');
+    Some(if let Some(i) = integer {
         Value::Int(i)
-    } else if let Some(f) = cell.parse::<f64>().ok().filter(|_| numeric) {
+    } else if let Some(f) = float_like
+        .then(|| cell.parse::<f64>().ok())
+        .flatten()
+        .filter(|f| f.is_finite())
+    {
         Value::Float(f)
     } else if cell == "true" || cell == "false" {
         Value::Bool(cell == "true")
@@ -443,6 +454,36 @@ impl Graph {
 mod tests {
     use super::*;
     use rand::{Rng, SeedableRng};
+
+    #[test]
+    fn cells_keep_what_they_say() {
+        assert_eq!(cell_value(""), None);
+        assert_eq!(cell_value("42"), Some(Value::Int(42)));
+        assert_eq!(
+            cell_value("-9223372036854775808"),
+            Some(Value::Int(i64::MIN))
+        );
+        assert_eq!(cell_value("2.5"), Some(Value::Float(2.5)));
+        assert_eq!(cell_value("-1e3"), Some(Value::Float(-1000.0)));
+        assert_eq!(cell_value("true"), Some(Value::Bool(true)));
+        // A number would change them: leading zeros, a plus sign, -0, more digits than an
+        // i64 holds, an exponent past f64; and words the float parser takes.
+        for text in [
+            "00123",
+            "+7",
+            "-0",
+            "12345678901234567890",
+            "1e400",
+            "NaN",
+            "inf",
+            "Infinity",
+            "+1.5",
+            "1.2.3",
+            "True",
+        ] {
+            assert_eq!(cell_value(text), Some(Value::Text(text.into())), "{text}");
+        }
+    }
 
     fn edge(source: u64, destination: u64) -> PendingEdge {
         PendingEdge {
