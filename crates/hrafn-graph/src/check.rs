@@ -2,8 +2,8 @@
 
 use crate::error::Result;
 use crate::graph::{
-    Graph, GraphRead, META_INDEX_PREFIX, node_from, prop_key_prefix, split_adjacency_value,
-    text_field, u64_field,
+    Graph, GraphRead, META_INDEX_PREFIX, META_NEXT_EDGE, META_NEXT_NODE, counter, node_from,
+    prop_key_prefix, split_adjacency_value, text_field, u64_field,
 };
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -126,10 +126,29 @@ pub fn check(rtx: &hrafn::ReadTxn<'_>) -> Result<GraphCheckReport> {
             r.problems
                 .push(format!("edge id {id} carried by two records"));
         }
+        if view.edge_location(id)? != Some(record) {
+            r.problems.push(format!(
+                "edge {id}: its id does not translate to record {record}"
+            ));
+        }
         want_out.insert((src, edge_type.clone(), dst, id));
         want_in.insert((dst, edge_type, src, id));
     }
     r.edges = edge_ids.len() as u64;
+    // The counters hand out ids above every stored one, or the next add would reuse one.
+    for (what, key, highest) in [
+        ("node", META_NEXT_NODE, nodes.last().copied()),
+        ("edge", META_NEXT_EDGE, edge_ids.keys().next_back().copied()),
+    ] {
+        match counter(&view.meta, key)? {
+            None => r.problems.push(format!("no {what} id counter")),
+            Some(next) if highest.is_some_and(|h| next <= h) => r.problems.push(format!(
+                "the {what} id counter stands at {next}, not above stored {what} {}",
+                highest.unwrap_or_default()
+            )),
+            Some(_) => {}
+        }
+    }
     for (name, tree, want) in [
         ("g.out", &view.out, &want_out),
         ("g.in", &view.inn, &want_in),

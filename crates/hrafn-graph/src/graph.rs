@@ -28,8 +28,8 @@ pub(crate) const OUT: &str = "g.out";
 pub(crate) const IN: &str = "g.in";
 pub(crate) const PROPS: &str = "g.props";
 pub(crate) const META: &str = "g.meta";
-const META_NEXT_NODE: &[u8] = b"next_node_id";
-const META_NEXT_EDGE: &[u8] = b"next_edge_id";
+pub(crate) const META_NEXT_NODE: &[u8] = b"next_node_id";
+pub(crate) const META_NEXT_EDGE: &[u8] = b"next_edge_id";
 const META_LAYOUT: &[u8] = b"layout_version";
 pub(crate) const META_INDEX_PREFIX: &[u8] = b"index\0";
 /// The layout this code reads and writes.
@@ -219,8 +219,18 @@ fn next_ids(wtx: &mut WriteTxn<'_>, key: &[u8], count: usize) -> Result<u64> {
         .get(key)?
         .and_then(|v| v.try_into().ok().map(u64::from_be_bytes))
         .ok_or_else(|| Error::Corrupt("no next id".into()))?;
-    meta.insert(key, (next + count as u64).to_be_bytes())?;
+    let after = next
+        .checked_add(count as u64)
+        .ok_or_else(|| Error::Corrupt(format!("the id counter stands at {next}: no ids left")))?;
+    meta.insert(key, after.to_be_bytes())?;
     Ok(next)
+}
+
+/// The next id the counter at `key` of a graph's meta tree gives (`None` if it has none).
+pub(crate) fn counter(meta: &Tree<'_>, key: &[u8]) -> Result<Option<u64>> {
+    Ok(meta
+        .get(key)?
+        .and_then(|v| v.try_into().ok().map(u64::from_be_bytes)))
 }
 
 /// An adjacency key: `node id BE | type`.
@@ -688,6 +698,7 @@ impl<'env> GraphWriter<'_, 'env> {
 
 /// A node from its record.
 pub(crate) fn node_from(id: u64, r: &hrafn::table::Record<'_>) -> Result<Node> {
+    record_is("node", id, r)?;
     Ok(Node {
         id,
         label: text_field(r.field(1))?,
@@ -695,8 +706,21 @@ pub(crate) fn node_from(id: u64, r: &hrafn::table::Record<'_>) -> Result<Node> {
     })
 }
 
+/// Checks that the record the id index led to holds that id (its field 0): a damaged
+/// index must not hand out another node's or edge's record under the id asked for.
+fn record_is(what: &str, id: u64, r: &hrafn::table::Record<'_>) -> Result<()> {
+    let held = u64_field(r.field(0))?;
+    if held != id {
+        return Err(Error::Corrupt(format!(
+            "{what} {id}: its id index leads to the record of {what} {held}"
+        )));
+    }
+    Ok(())
+}
+
 /// An edge from its record.
 fn edge_from(id: u64, r: &hrafn::table::Record<'_>) -> Result<Edge> {
+    record_is("edge", id, r)?;
     Ok(Edge {
         id,
         edge_type: text_field(r.field(1))?,
@@ -744,6 +768,15 @@ impl<'t> GraphRead<'t> {
             .copied())
     }
 
+    /// Where edge `id`'s record is (its table record id), if the edge exists.
+    pub(crate) fn edge_location(&self, id: u64) -> Result<Option<u64>> {
+        Ok(self
+            .edges
+            .index_ids(BY_ID, &id.to_be_bytes())?
+            .first()
+            .copied())
+    }
+
     /// Node `id`.
     ///
     /// # Errors
@@ -764,7 +797,7 @@ impl<'t> GraphRead<'t> {
     /// # Errors
     /// Engine and corruption errors.
     pub fn edge(&self, id: u64) -> Result<Option<Edge>> {
-        let Some(&record) = self.edges.index_ids(BY_ID, &id.to_be_bytes())?.first() else {
+        let Some(record) = self.edge_location(id)? else {
             return Ok(None);
         };
         let r = self

@@ -413,7 +413,9 @@ impl Graph {
         };
         Pipeline::run(&mut edge_stored, |pipeline| {
             let mut round = Round::default();
-            let mut round_start_bytes = 0u64;
+            // The counter already holds the node file's bytes: a round's bytes are counted
+            // from here, or a large node file would end the first round after one row.
+            let mut round_start_bytes = read_bytes();
             for record in reader.records() {
                 let record = record.map_err(csv_error)?;
                 let line = record.position().map_or(0, |p| p.line());

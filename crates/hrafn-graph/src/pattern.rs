@@ -223,7 +223,8 @@ impl GraphRead<'_> {
     /// # Errors
     /// Engine and corruption errors.
     pub fn all_node_ids(&self) -> Result<Vec<u64>> {
-        let mut ids = Vec::with_capacity(self.node_count() as usize);
+        // The count comes from a table header: a damaged one must not size an allocation.
+        let mut ids = Vec::with_capacity(self.node_count().min(1 << 20) as usize);
         for item in self.nodes.scan()? {
             let (_, r) = item?;
             ids.push(crate::graph::u64_field(r.field(0))?);

@@ -940,6 +940,42 @@ fn long_values_of_an_indexed_property_are_stored_and_found() {
     assert_eq!(found, vec![before]);
 }
 
+/// The check finds id counters that would hand out a stored id again.
+#[test]
+fn the_check_catches_an_id_counter_behind_the_stored_ids() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let graph = hrafn_graph::Graph::open(dir.path(), hrafn::Options::default()).expect("open");
+    graph
+        .write(|g| {
+            let a = g.add_node("P", &hrafn_graph::Properties::new())?;
+            let b = g.add_node("P", &hrafn_graph::Properties::new())?;
+            g.add_edge(a, b, "T", &hrafn_graph::Properties::new())?;
+            Ok(())
+        })
+        .expect("write");
+    assert!(graph.check().expect("check").is_ok());
+    for counter in ["next_node_id", "next_edge_id"] {
+        let mut wtx = graph.environment().begin_write().expect("write");
+        wtx.open_tree("g.meta")
+            .expect("tree")
+            .insert(counter.as_bytes(), 1u64.to_be_bytes())
+            .expect("set back");
+        wtx.commit().expect("commit");
+    }
+    let report = graph.check().expect("check");
+    assert_eq!(report.problems.len(), 2, "{:?}", report.problems);
+    assert!(
+        report.problems[0].contains("node id counter stands at 1"),
+        "{:?}",
+        report.problems
+    );
+    assert!(
+        report.problems[1].contains("edge id counter stands at 1"),
+        "{:?}",
+        report.problems
+    );
+}
+
 /// The check compares each property index with the nodes of its label.
 #[test]
 fn the_check_catches_a_property_index_that_disagrees() {
