@@ -23,6 +23,14 @@ pub enum Error {
     /// A label, edge type or property name that cannot be stored (empty, too long, a NUL).
     #[error("invalid name: {0}")]
     InvalidName(String),
+    /// More properties on one node or edge than a record holds.
+    #[error("{count} properties on one node or edge: at most {max}")]
+    TooManyProperties {
+        /// The properties given.
+        count: usize,
+        /// The most a node or edge holds.
+        max: usize,
+    },
     /// The environment holds no graph.
     #[error("no graph in this environment")]
     NotAGraph,

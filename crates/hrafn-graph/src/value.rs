@@ -121,11 +121,14 @@ pub(crate) fn check_name(name: &str) -> Result<()> {
 /// (bool 1 byte, int and float 8 bytes LE, text and bytes `len u32 LE | bytes`).
 ///
 /// # Errors
-/// [`Error::InvalidName`] for a bad property name.
+/// [`Error::InvalidName`] for a bad property name; [`Error::TooManyProperties`] past
+/// `u16::MAX` properties.
 pub(crate) fn encode(props: &Properties) -> Result<Vec<u8>> {
     let mut out = Vec::new();
-    let count = u16::try_from(props.len())
-        .map_err(|_| Error::InvalidName(format!("{} properties, at most 65535", props.len())))?;
+    let count = u16::try_from(props.len()).map_err(|_| Error::TooManyProperties {
+        count: props.len(),
+        max: usize::from(u16::MAX),
+    })?;
     out.extend_from_slice(&count.to_le_bytes());
     for (name, value) in props {
         check_name(name)?;
@@ -239,6 +242,23 @@ impl<'a> Reader<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn too_many_properties_is_its_own_error() {
+        let mut p = Properties::new();
+        for i in 0..=usize::from(u16::MAX) {
+            p.insert(format!("p{i}"), Value::Bool(true));
+        }
+        assert!(matches!(
+            encode(&p),
+            Err(Error::TooManyProperties {
+                count: 65_536,
+                max: 65_535
+            })
+        ));
+        p.remove("p0");
+        assert!(encode(&p).is_ok(), "the most a record holds");
+    }
 
     #[test]
     fn properties_round_trip_and_bad_bytes_are_refused() {
