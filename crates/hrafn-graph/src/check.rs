@@ -56,8 +56,16 @@ pub fn check(rtx: &hrafn::ReadTxn<'_>) -> Result<GraphCheckReport> {
     let mut contents = Vec::new();
     for item in view.nodes.scan()? {
         let (record, rec) = item?;
-        let id = u64_field(rec.field(0))?;
-        contents.push(node_from(id, &rec)?);
+        // A record that does not decode is a problem to list, not the end of the check.
+        let decoded = u64_field(rec.field(0)).and_then(|id| Ok((id, node_from(id, &rec)?)));
+        let (id, node) = match decoded {
+            Ok(decoded) => decoded,
+            Err(e) => {
+                r.problems.push(format!("node record {record}: {e}"));
+                continue;
+            }
+        };
+        contents.push(node);
         if view.node_location(id)? != Some(record) {
             r.problems.push(format!(
                 "node {id}: its id does not translate to record {record}"
@@ -113,9 +121,21 @@ pub fn check(rtx: &hrafn::ReadTxn<'_>) -> Result<GraphCheckReport> {
     let mut edge_ids = BTreeMap::new();
     for item in view.edges.scan()? {
         let (record, rec) = item?;
-        let id = u64_field(rec.field(0))?;
-        let edge_type = text_field(rec.field(1))?;
-        let (src, dst) = (u64_field(rec.field(2))?, u64_field(rec.field(3))?);
+        let fields = (|| {
+            Ok::<_, crate::Error>((
+                u64_field(rec.field(0))?,
+                text_field(rec.field(1))?,
+                u64_field(rec.field(2))?,
+                u64_field(rec.field(3))?,
+            ))
+        })();
+        let (id, edge_type, src, dst) = match fields {
+            Ok(fields) => fields,
+            Err(e) => {
+                r.problems.push(format!("edge record {record}: {e}"));
+                continue;
+            }
+        };
         for end in [src, dst] {
             if !nodes.contains(&end) {
                 r.problems
@@ -156,11 +176,19 @@ pub fn check(rtx: &hrafn::ReadTxn<'_>) -> Result<GraphCheckReport> {
         let mut have = BTreeSet::new();
         for key in tree.keys::<&[u8], _>(..)? {
             let key = key?;
-            let node = u64_field(key.get(..8))?;
-            let edge_type = text_field(key.get(8..))?;
+            let (Ok(node), Ok(edge_type)) = (u64_field(key.get(..8)), text_field(key.get(8..)))
+            else {
+                r.problems
+                    .push(format!("{name} holds an unreadable key {key:02x?}"));
+                continue;
+            };
             for v in tree.values(key)? {
-                let (other, edge) = split_adjacency_value(v?)?;
-                have.insert((node, edge_type.clone(), other, edge));
+                match split_adjacency_value(v?) {
+                    Ok((other, edge)) => {
+                        have.insert((node, edge_type.clone(), other, edge));
+                    }
+                    Err(e) => r.problems.push(format!("{name}, node {node}: {e}")),
+                }
             }
         }
         for missing in want.difference(&have) {

@@ -976,6 +976,43 @@ fn the_check_catches_an_id_counter_behind_the_stored_ids() {
     );
 }
 
+/// An adjacency entry that does not decode is listed with the rest, not the end of the check.
+#[test]
+fn the_check_lists_an_unreadable_adjacency_key_and_goes_on() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let graph = hrafn_graph::Graph::open(dir.path(), hrafn::Options::default()).expect("open");
+    graph
+        .write(|g| {
+            let a = g.add_node("P", &hrafn_graph::Properties::new())?;
+            g.add_edge(a, a, "T", &hrafn_graph::Properties::new())?;
+            Ok(())
+        })
+        .expect("write");
+    let mut wtx = graph.environment().begin_write().expect("write");
+    wtx.open_multi_tree("g.out")
+        .expect("tree")
+        .add([1u8, 2, 3], [0u8; 16])
+        .expect("add");
+    wtx.open_multi_tree("g.in")
+        .expect("tree")
+        .add(9u64.to_be_bytes(), [7u8; 3])
+        .expect("add");
+    wtx.commit().expect("commit");
+    let report = graph.check().expect("the check ends with a report");
+    assert_eq!(report.problems.len(), 2, "{:?}", report.problems);
+    assert!(
+        report.problems[0].contains("g.out holds an unreadable key"),
+        "{:?}",
+        report.problems
+    );
+    assert!(
+        report.problems[1].contains("g.in, node 9"),
+        "{:?}",
+        report.problems
+    );
+    assert_eq!((report.nodes, report.edges), (1, 1));
+}
+
 /// The check compares each property index with the nodes of its label.
 #[test]
 fn the_check_catches_a_property_index_that_disagrees() {
