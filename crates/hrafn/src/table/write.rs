@@ -315,7 +315,7 @@ pub fn insert<S: PageStore>(
 ) -> Result<u64> {
     let keys = keys_of(view, name, fields)?;
     check_unique(store, view, name, &keys, None)?;
-    let id = place(store, view, &encode_record(fields), None)?;
+    let id = place(store, view, &encode_record(fields), None, None)?;
     index_add(store, view, &keys, id)?;
     view.header.entry_count += 1;
     Ok(id)
@@ -354,7 +354,7 @@ pub fn update<S: PageStore>(
         id
     } else {
         // Not into the record's own page: making room there could move the record itself.
-        let new_id = place(store, view, &body, Some(page_number))?;
+        let new_id = place(store, view, &body, Some(page_number), None)?;
         release(store, view, id)?;
         new_id
     };
@@ -363,7 +363,10 @@ pub fn update<S: PageStore>(
         index_add(store, view, &new_keys, new_id)?;
     }
     if new_id != id && offset != 0 {
-        after_release(store, view, next_page, page_number)?;
+        // The survivors moving out of the old page must not compact the new one: the
+        // record would slide away from the id returned.
+        let (new_page, _) = split_id(new_id);
+        after_release(store, view, next_page, page_number, Some(new_page))?;
     }
     Ok(Some(new_id))
 }
@@ -388,17 +391,19 @@ pub fn delete<S: PageStore>(
     release(store, view, id)?;
     view.header.entry_count = view.header.entry_count.saturating_sub(1);
     if offset != 0 {
-        after_release(store, view, next_page, page_number)?;
+        after_release(store, view, next_page, page_number, None)?;
     }
     Ok(true)
 }
 
-/// Writes a record body somewhere (never in `avoid`); returns its id.
+/// Writes a record body somewhere (never in `avoid`, and compacting neither it nor
+/// `keep`); returns its id.
 fn place<S: PageStore>(
     store: &mut S,
     view: &mut TableView,
     body: &[u8],
     avoid: Option<u64>,
+    keep: Option<u64>,
 ) -> Result<u64> {
     if body.len() > RECORD_INLINE_MAX_BYTES {
         let value = [&view.tag.to_le_bytes()[..], body].concat();
@@ -412,7 +417,7 @@ fn place<S: PageStore>(
         return Ok(make_id(first, 0));
     }
     let slot = slot_bytes(body.len());
-    let page_number = page_with_room(store, view, slot, avoid)?;
+    let page_number = page_with_room(store, view, slot, avoid, keep)?;
     let page = store.page_mut(page_number)?;
     let offset = bump(page);
     assert!(offset + slot <= PAGE_SIZE_BYTES, "the chosen page has room");
@@ -429,12 +434,14 @@ fn place<S: PageStore>(
 
 /// The active page if `slot` bytes fit at its end, or after compacting it when at most half
 /// of it is live; else a reuse candidate, compacted; else a new page. The page chosen
-/// becomes the active one. Never compacts `avoid`.
+/// becomes the active one. Never uses `avoid`; never compacts it or `keep` (whose records
+/// must stay where they are).
 fn page_with_room<S: PageStore>(
     store: &mut S,
     view: &mut TableView,
     slot: usize,
     avoid: Option<u64>,
+    keep: Option<u64>,
 ) -> Result<u64> {
     let active = view.active_page;
     if active != 0 && Some(active) != avoid {
@@ -448,7 +455,7 @@ fn page_with_room<S: PageStore>(
         // Records deleted while the page was active left room no later release would
         // reclaim once it is left behind (a page at 1% live would stay so): compact it
         // and keep filling it.
-        if live_bytes(page) <= REUSE_AT_OR_BELOW_BYTES {
+        if live_bytes(page) <= REUSE_AT_OR_BELOW_BYTES && Some(active) != keep {
             compact(store, view, active)?;
             if bump(store.page(active)?) + slot <= PAGE_SIZE_BYTES {
                 return Ok(active);
@@ -456,7 +463,9 @@ fn page_with_room<S: PageStore>(
         }
     }
     let candidate = fixed::FixedRange::new(Reading(store), view.candidates.root_page, 0, ..)?
-        .find(|entry| !matches!(entry, Ok((page, _)) if Some(*page) == avoid))
+        .find(
+            |entry| !matches!(entry, Ok((page, _)) if Some(*page) == avoid || Some(*page) == keep),
+        )
         .transpose()?
         .map(|(page, _)| page);
     if let Some(page_number) = candidate {
@@ -553,6 +562,7 @@ fn after_release<S: PageStore>(
     view: &mut TableView,
     next_page: u64,
     page_number: u64,
+    keep: Option<u64>,
 ) -> Result<()> {
     let page = store.page(page_number)?;
     let live = live_bytes(page);
@@ -575,7 +585,7 @@ fn after_release<S: PageStore>(
         let body = read_body(store, view, next_page, old_id)?
             .ok_or_else(|| corrupt(page_number, "live record unreadable"))?;
         let keys = keys_of(view, "", &fields_of(&body, page_number)?)?;
-        let new_id = place(store, view, &body, Some(page_number))?;
+        let new_id = place(store, view, &body, Some(page_number), keep)?;
         index_move(store, view, &keys, old_id, new_id)?;
     }
     fixed::write::remove(store, &mut view.candidates, page_number)?;
