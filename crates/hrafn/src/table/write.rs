@@ -5,15 +5,16 @@
 //! index key sizes, unique keys), then changes pages: a refused operation changes nothing.
 
 use super::{
-    FREE_BELOW_BYTES, IndexKind, PAGES_OVERFLOW_RUN, RECORD_HEADER_BYTES, RECORD_INLINE_MAX_BYTES,
-    RECORDS_OFFSET, REUSE_AT_OR_BELOW_BYTES, Record, TableView, bump, encode_record, index_key,
-    live_count, live_offsets, make_id, set_start, slot_at, slot_bytes, split_id, validate_page,
+    FREE_BELOW_BYTES, IndexKind, OVERFLOW_TAG_BYTES, PAGES_OVERFLOW_RUN, RECORD_HEADER_BYTES,
+    RECORD_INLINE_MAX_BYTES, RECORDS_OFFSET, REUSE_AT_OR_BELOW_BYTES, Record, TableView, bump,
+    encode_record, index_key, live_count, live_offsets, make_id, set_start, slot_at, slot_bytes,
+    split_id, validate_page,
 };
 use crate::btree::write::{self as tree_write};
 use crate::btree::{self, PageStore, Reading, TreeHeader};
 use crate::error::{Error, Result};
 use crate::fixed;
-use crate::limits::{KEY_SIZE_MAX_BYTES, PAGE_SIZE_BYTES};
+use crate::limits::{KEY_SIZE_MAX_BYTES, PAGE_SIZE_BYTES, VALUE_SIZE_MAX_BYTES};
 use crate::multi;
 use crate::page::{
     OFFSET_AUX, OFFSET_ENTRY_COUNT, OFFSET_FREE_LOWER, OFFSET_FREE_UPPER, OFFSET_KIND, PageKind,
@@ -41,6 +42,21 @@ struct Keys {
     indexes: Vec<IndexEntry>,
 }
 
+/// Refuses a record whose stored form (the table tag, the field count, a length per field,
+/// the fields) would be longer than the largest value an overflow run holds, as a tree
+/// refuses such a value: committed, it could not be read back, nor recovered.
+fn check_record_size(field_lens: impl ExactSizeIterator<Item = usize>) -> Result<()> {
+    let fixed_bytes = OVERFLOW_TAG_BYTES + 2 + 4 * field_lens.len();
+    let size_bytes = field_lens.fold(fixed_bytes, usize::saturating_add);
+    if size_bytes > VALUE_SIZE_MAX_BYTES {
+        return Err(Error::ValueTooLarge {
+            size_bytes,
+            limit_bytes: VALUE_SIZE_MAX_BYTES,
+        });
+    }
+    Ok(())
+}
+
 fn keys_of(view: &TableView, name: &str, fields: &[&[u8]]) -> Result<Keys> {
     let schema = &view.schema;
     if fields.len() != usize::from(schema.field_count) {
@@ -50,6 +66,7 @@ fn keys_of(view: &TableView, name: &str, fields: &[&[u8]]) -> Result<Keys> {
             fields.len()
         )));
     }
+    check_record_size(fields.iter().map(|f| f.len()))?;
     let too_large = |size_bytes| Error::KeyTooLarge {
         size_bytes,
         limit_bytes: KEY_SIZE_MAX_BYTES,
@@ -630,4 +647,24 @@ pub fn drop_records<S: PageStore>(store: &mut S, pages: &TreeHeader) -> Result<(
         store.free(page_number, count);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_longer_than_the_largest_value_is_refused() {
+        // Lengths alone: nothing of that size is allocated.
+        let fixed_bytes = OVERFLOW_TAG_BYTES + 2 + 4 * 2;
+        let largest = VALUE_SIZE_MAX_BYTES - fixed_bytes;
+        check_record_size([largest - 10, 10].into_iter()).expect("the largest record");
+        assert!(matches!(
+            check_record_size([largest - 10, 11].into_iter()),
+            Err(Error::ValueTooLarge { size_bytes, limit_bytes: VALUE_SIZE_MAX_BYTES })
+                if size_bytes == VALUE_SIZE_MAX_BYTES + 1
+        ));
+        // A field past a u32 length (its length field would wrap) is refused, not wrapped.
+        assert!(check_record_size([usize::MAX, 1].into_iter()).is_err());
+    }
 }

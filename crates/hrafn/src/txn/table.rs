@@ -488,8 +488,9 @@ impl<'env> TableMut<'_, 'env> {
     /// # Errors
     /// [`Error::InvalidArgument`] for the wrong number of fields or a fixed-index field
     /// that is not 8 bytes; [`Error::KeyTooLarge`] for an index key past the key limit;
-    /// [`Error::DuplicateKey`] for a primary or fixed-index key already taken (nothing is
-    /// changed); scratch full; corruption.
+    /// [`Error::ValueTooLarge`] for a record whose stored form would pass
+    /// [`crate::limits::VALUE_SIZE_MAX_BYTES`]; [`Error::DuplicateKey`] for a primary or
+    /// fixed-index key already taken (nothing is changed); scratch full; corruption.
     pub fn insert(&mut self, fields: &[&[u8]]) -> Result<u64> {
         self.change(|txn, view, name, _| table::write::insert(txn, view, name, fields))
     }
