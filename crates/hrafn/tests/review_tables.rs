@@ -1133,3 +1133,40 @@ fn pages_left_sparse_while_active_are_reclaimed() {
         "{used} pages for {KEPT} records that fill {dense}"
     );
 }
+
+/// A stored record that no longer fits its schema (here, damage that leaves a well-formed
+/// record of one field in a table of two) is corruption when a change meets it: the
+/// change may be half done, so the transaction refuses to commit, instead of the error
+/// passing for a refused argument that leaves the transaction free to commit.
+#[test]
+fn a_stored_record_that_does_not_fit_the_schema_fails_the_transaction() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let schema = Schema::new(2);
+    let id = {
+        let env = open(dir.path());
+        let mut wtx = env.begin_write().expect("write");
+        let id = wtx
+            .open_table("t", &schema)
+            .expect("open")
+            .insert(&[b"ab", b"cd"])
+            .expect("insert");
+        wtx.commit().expect("commit");
+        id
+    };
+    let offset = (id % PAGE_SIZE_BYTES as u64) as usize;
+    damage_page(dir.path(), id / PAGE_SIZE_BYTES as u64, |page| {
+        // Body: count 2, lengths 2 and 2, "abcd" (14 bytes) becomes count 1, one field of
+        // the 8 bytes after its length.
+        let body = offset + 4;
+        put_u16_at(page, body, 1);
+        page[body + 2..body + 6].copy_from_slice(&8u32.to_le_bytes());
+    });
+    let env = open(dir.path());
+    let mut wtx = env.begin_write().expect("write");
+    let deleted = wtx.open_table("t", &schema).expect("open").delete(id);
+    assert!(
+        matches!(deleted, Err(Error::Corruption { .. })),
+        "{deleted:?}"
+    );
+    assert!(matches!(wtx.commit(), Err(Error::TransactionFailed { .. })));
+}

@@ -111,6 +111,19 @@ fn keys_of(view: &TableView, name: &str, fields: &[&[u8]]) -> Result<Keys> {
     Ok(Keys { primary, indexes })
 }
 
+/// [`keys_of`] for a record read from a page: a stored record that does not fit the schema
+/// is damage, not a refused argument (the change has started; it must fail the
+/// transaction, not look like a clean refusal).
+fn stored_keys_of(view: &TableView, body: &[u8], page_number: u64) -> Result<Keys> {
+    let fields = fields_of(body, page_number)?;
+    keys_of(view, "", &fields).map_err(|e| {
+        corrupt(
+            page_number,
+            format!("a stored record does not fit its table's schema: {e}"),
+        )
+    })
+}
+
 /// Fails with [`Error::DuplicateKey`] if a unique index already maps one of `keys` to a
 /// record other than `own_id`.
 fn check_unique<S: PageStore>(
@@ -356,7 +369,7 @@ pub fn update<S: PageStore>(
         return Ok(None);
     };
     let (page_number, offset) = split_id(id);
-    let old_keys = keys_of(view, name, &fields_of(&old_body, page_number)?)?;
+    let old_keys = stored_keys_of(view, &old_body, page_number)?;
     check_unique(store, view, name, &new_keys, Some(id))?;
     let body = encode_record(fields);
     let fits_in_place = offset != 0 && body.len() <= RECORD_INLINE_MAX_BYTES && {
@@ -395,7 +408,6 @@ pub fn update<S: PageStore>(
 pub fn delete<S: PageStore>(
     store: &mut S,
     view: &mut TableView,
-    name: &str,
     next_page: u64,
     id: u64,
 ) -> Result<bool> {
@@ -403,7 +415,7 @@ pub fn delete<S: PageStore>(
         return Ok(false);
     };
     let (page_number, offset) = split_id(id);
-    let keys = keys_of(view, name, &fields_of(&body, page_number)?)?;
+    let keys = stored_keys_of(view, &body, page_number)?;
     index_remove(store, view, &keys, id)?;
     release(store, view, id)?;
     view.header.entry_count = view.header.entry_count.saturating_sub(1);
@@ -532,8 +544,7 @@ fn compact<S: PageStore>(store: &mut S, view: &mut TableView, page_number: u64) 
     put_u16(page, OFFSET_FREE_LOWER, at as u16);
     put_u16(page, OFFSET_FREE_UPPER, (at - RECORDS_OFFSET) as u16);
     for (old, new, body) in moves {
-        let fields = fields_of(body, page_number)?;
-        let keys = keys_of(view, "", &fields)?;
+        let keys = stored_keys_of(view, body, page_number)?;
         index_move(
             store,
             view,
@@ -601,7 +612,7 @@ fn after_release<S: PageStore>(
         let old_id = make_id(page_number, offset);
         let body = read_body(store, view, next_page, old_id)?
             .ok_or_else(|| corrupt(page_number, "live record unreadable"))?;
-        let keys = keys_of(view, "", &fields_of(&body, page_number)?)?;
+        let keys = stored_keys_of(view, &body, page_number)?;
         let new_id = place(store, view, &body, Some(page_number), keep)?;
         index_move(store, view, &keys, old_id, new_id)?;
     }

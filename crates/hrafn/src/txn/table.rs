@@ -514,7 +514,7 @@ impl<'env> TableMut<'_, 'env> {
     /// # Errors
     /// Scratch full; corruption.
     pub fn delete(&mut self, id: u64) -> Result<bool> {
-        self.change(|txn, view, name, next| table::write::delete(txn, view, name, next, id))
+        self.change(|txn, view, _, next| table::write::delete(txn, view, next, id))
     }
 
     /// The record `id` (O(1): the id is its location), if it is one of this table's.
