@@ -1170,3 +1170,34 @@ fn a_stored_record_that_does_not_fit_the_schema_fails_the_transaction() {
     );
     assert!(matches!(wtx.commit(), Err(Error::TransactionFailed { .. })));
 }
+
+/// Deleting a table takes its records out of the global indexes it shares; when that
+/// fails half way (an entry was removed from the index directly), the transaction can no
+/// longer commit, rather than committing a half-cleaned index.
+#[test]
+fn a_table_deletion_that_fails_half_way_fails_the_transaction() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = open(dir.path());
+    let schema = Schema::new(2).global_index("g", &[1]);
+    let mut wtx = env.begin_write().expect("write");
+    let ids: Vec<u64> = {
+        let mut t = wtx.open_table("t", &schema).expect("open");
+        (0..3u8)
+            .map(|i| t.insert(&[&[i], b"shared"]).expect("insert"))
+            .collect()
+    };
+    wtx.commit().expect("commit");
+    let mut wtx = env.begin_write().expect("write");
+    assert!(
+        wtx.open_multi_tree("g")
+            .expect("the index")
+            .remove(b"shared", ids[2].to_be_bytes())
+            .expect("remove"),
+        "the entry was there"
+    );
+    assert!(wtx.delete_tree("t").is_err());
+    assert!(matches!(wtx.commit(), Err(Error::TransactionFailed { .. })));
+    // Nothing of it was kept.
+    let rtx = env.begin_read().expect("read");
+    assert_eq!(rtx.open_table("t", &schema).expect("open").len(), 3);
+}

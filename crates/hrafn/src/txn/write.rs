@@ -293,7 +293,9 @@ impl<'env> WriteTxn<'env> {
         };
         if self.trees[index].header.kind == TreeKind::Table {
             let header = self.trees[index].header;
-            self.unindex_table_globally(name, header)?;
+            // From here on a failure may leave global indexes half cleaned.
+            let unindexed = self.unindex_table_globally(name, header);
+            self.fail_on_error(unindexed)?;
         } else if let Some(table) = self.table_indexed_by(name)? {
             return Err(Error::InvalidArgument(format!(
                 "tree {name:?} is a global index of table {table:?}: delete or migrate the \
@@ -302,12 +304,15 @@ impl<'env> WriteTxn<'env> {
         }
         let index = self.find_tree(name)?.expect("found above");
         let tree = self.trees.remove(index);
-        tree_write::drop_tree(self, &tree.header)?;
+        // The tree is out of the open list: a failure past here must fail the transaction.
+        let dropped = tree_write::drop_tree(self, &tree.header);
+        self.fail_on_error(dropped)?;
         if self.meta.root_page == 0 {
             return Ok(true); // created and deleted in this transaction
         }
         let mut root = TreeHeader::btree(self.meta.root_page, self.meta.tree_count);
-        tree_write::remove(self, &mut root, name.as_bytes())?;
+        let removed = tree_write::remove(self, &mut root, name.as_bytes());
+        self.fail_on_error(removed)?;
         self.meta.root_page = root.root_page;
         self.meta.tree_count = root.entry_count;
         Ok(true)
