@@ -328,6 +328,9 @@ impl<'env> WriteTxn<'env> {
             if index.global {
                 let i = self.tree_index_pub(&index.name, index_tree_kind(index.kind))?;
                 self.set_tree_header(i, *header)?;
+                // The table's changes may have split the leaf a direct insert into this
+                // index left its append hint on.
+                self.trees[i].fixed_append_hint = None;
             }
         }
         Ok(())
