@@ -575,7 +575,6 @@ fn an_update_returns_the_id_its_record_ends_at() {
         Some(true),
         "the id returned names the updated record"
     );
-    drop(t);
     wtx.commit().expect("commit");
     assert!(env.check().is_ok());
 }

@@ -541,7 +541,8 @@ impl<'env> TableMut<'_, 'env> {
     /// `get` on this table is `None` for another table's id.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for an unknown index; corruption.
+    /// [`Error::InvalidArgument`] for an unknown index, or a key of a fixed index that is
+    /// not 8 bytes; corruption.
     pub fn index_ids(&self, index: &str, key: &[u8]) -> Result<Vec<u64>> {
         index_ids(&*self.txn, self.view(), index, key)
     }
@@ -638,7 +639,11 @@ fn index_ids<'a, S: PageSource<'a>>(
             .collect(),
         IndexKind::Fixed => {
             let Ok(n) = <[u8; 8]>::try_from(key) else {
-                return Ok(Vec::new());
+                // No such key can exist: a caller passing one has a bug to hear about.
+                return Err(Error::InvalidArgument(format!(
+                    "index {index:?} is a fixed index: its keys are 8 bytes, not {}",
+                    key.len()
+                )));
             };
             match fixed::get(src, tree.root_page, 8, u64::from_be_bytes(n))? {
                 Some(id) => Ok(vec![id_of(id, tree.root_page)?]),
@@ -700,7 +705,8 @@ impl<'t> Table<'t> {
     /// `get` on this table is `None` for another table's id.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for an unknown index; corruption.
+    /// [`Error::InvalidArgument`] for an unknown index, or a key of a fixed index that is
+    /// not 8 bytes; corruption.
     pub fn index_ids(&self, index: &str, key: &[u8]) -> Result<Vec<u64>> {
         index_ids(self.src, &self.view, index, key)
     }
