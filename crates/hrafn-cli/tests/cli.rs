@@ -1,6 +1,8 @@
 //! The `hrafn` binary against a real environment: every command's output and exit code,
 //! while another handle holds the environment open for writing.
 
+mod common;
+
 use hrafn::{Environment, Options};
 use std::process::{Command, Output};
 
@@ -433,14 +435,7 @@ fn compact_in_place_shrinks_the_directory_and_keeps_the_data() {
 fn compact_in_place_refuses_what_it_would_delete_and_keeps_permissions() {
     use std::os::unix::fs::PermissionsExt;
     let parent = tempfile::tempdir().expect("tempdir");
-    let left = |dir: &std::path::Path| -> Vec<String> {
-        let mut names: Vec<String> = std::fs::read_dir(dir)
-            .expect("list")
-            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-            .collect();
-        names.sort();
-        names
-    };
+    let left = |dir: &std::path::Path| common::names(dir);
 
     // A mistyped path: a directory of other things, no environment.
     let data = parent.path().join("data");

@@ -2,6 +2,9 @@
 //! every failure exits non-zero with a message naming the path, never a panic, and leaves
 //! what it was given as it was.
 
+mod common;
+
+use common::names;
 use hrafn::{Environment, Options};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
@@ -33,15 +36,6 @@ fn assert_fails(o: &Output, code: i32, mentions: &str) {
 
 fn s(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
-}
-
-fn names(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .expect("list")
-        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names
 }
 
 fn small_env(dir: &Path, options: Options) -> Environment {

@@ -33,3 +33,13 @@ pub fn ok(args: &[&str]) -> String {
     assert!(o.status.success(), "{args:?}: {}", stderr(&o));
     stdout(&o)
 }
+
+/// The names in `dir`, sorted.
+pub fn names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .expect("list")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
