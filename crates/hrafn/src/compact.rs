@@ -105,8 +105,9 @@ impl Environment {
     /// [module](crate::compact) documentation).
     ///
     /// The copy commits in transactions of about [`LOADER_TRANSACTION_BYTES`] (a sixteenth
-    /// of the scratch limit, if that is less), without waiting for each to be durable, then writes every page to its data file and syncs it
-    /// before it returns: the copy is durable when this returns. It is written into the
+    /// of the scratch limit, if that is less), without waiting for each to be durable,
+    /// then writes every page to its data file and syncs it before it returns: the copy
+    /// is durable when this returns. It is written into the
     /// sibling directory `<path>.unfinished` and renamed to `path` only once complete, so
     /// `path` never holds a partial copy: an error removes the sibling, and a process
     /// killed meanwhile leaves it, which the next call refuses until it is removed. The
@@ -115,9 +116,11 @@ impl Environment {
     ///
     /// `path` must not exist, or be an empty directory on its parent's file system (not a
     /// mount point: the rename cannot replace one, and an existing one keeps its
-    /// permissions); its parent must be writable, and missing ancestors are created. If syncing the parent after the rename fails, the
-    /// error is returned with the complete copy at `path`, whose new name may not survive
-    /// a crash. The copy is opened with this environment's options (except durability), and may be
+    /// permissions); its parent must be writable, and missing ancestors are created. If
+    /// syncing the parent after the rename fails, the error is returned with the complete
+    /// copy at `path`, whose new name may not survive a crash.
+    ///
+    /// The copy is opened with this environment's options (except durability), and may be
     /// opened with any. It keeps incremental backups on if this environment was created
     /// with them, whatever this open's options say; a copy is a new environment, so its
     /// chain starts with a new full backup.
@@ -146,8 +149,9 @@ impl Environment {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] if `path` exists and is not an empty directory, or is a
-    /// mount point, if `<path>.unfinished` exists, or if a global index holds entries that its tables'
-    /// records do not give (written to it directly: compaction cannot carry them); errors
+    /// mount point, if `<path>.unfinished` exists, or if a global index holds entries that
+    /// its tables' records do not give (written to it directly: compaction cannot carry
+    /// them); errors
     /// of the snapshot, of creating and writing the copy ([`Error::NoSpace`], I/O),
     /// corruption met in the source.
     pub fn compact_to(&self, path: impl AsRef<Path>) -> Result<CompactReport> {

@@ -582,9 +582,11 @@ fn release<S: PageStore>(store: &mut S, view: &mut TableView, id: u64) -> Result
     Ok(())
 }
 
-/// Applies the page policy to a record page (not an overflow run) that lost a record: an empty page is freed; a
-/// very sparse one has its survivors moved out, then is freed; a sparse one becomes a
-/// candidate for reuse. The active page is left alone (it fills from its end).
+/// Applies the page policy to a record page (not an overflow run) that lost a record: an
+/// empty page is freed; a very sparse one has its survivors moved out, then is freed; a
+/// sparse one becomes a candidate for reuse. The active page is left alone (it fills from
+/// its end). `keep` is a page the moves must not compact (it holds a record whose id the
+/// caller returns).
 fn after_release<S: PageStore>(
     store: &mut S,
     view: &mut TableView,
