@@ -474,13 +474,6 @@ fn load(dir: &Path, nodes: &Path, edges: &Path, out: &mut impl Write) -> Result<
         Ok(report) => report,
         Err(e) => {
             let file = if edges_begun.get() { edges } else { nodes };
-            let e = match e {
-                GraphError::Parse { line, message } => GraphError::Parse {
-                    line,
-                    message: csv_message(message),
-                },
-                e => e,
-            };
             let Failure { code, message } =
                 graph_fail(e, format_args!("loading {}", file.display()));
             // What the transactions before the failure stored stays.
@@ -504,29 +497,6 @@ fn load(dir: &Path, nodes: &Path, edges: &Path, out: &mut impl Write) -> Result<
         report.edges as f64 / elapsed.max(1e-9)
     )?;
     Ok(())
-}
-
-/// The CSV reader's own errors arrive in its debug form (`UnequalLengths { pos: ..,
-/// expected_len: 3, len: 2 }`): the common ones in words, others as they are.
-fn csv_message(message: String) -> String {
-    let number_after = |key: &str| -> Option<u64> {
-        let at = message.find(key)? + key.len();
-        let digits: String = message[at..]
-            .chars()
-            .take_while(char::is_ascii_digit)
-            .collect();
-        digits.parse().ok()
-    };
-    if message.starts_with("UnequalLengths") {
-        if let (Some(expected), Some(found)) =
-            (number_after("expected_len: "), number_after(", len: "))
-        {
-            return format!("a row of {found} fields where the header has {expected}");
-        }
-    } else if message.starts_with("Utf8") {
-        return "not UTF-8".to_string();
-    }
-    message
 }
 
 fn stat(dir: &Path, out: &mut impl Write) -> Result<(), Failure> {
@@ -582,20 +552,6 @@ mod tests {
             properties_json(&p).to_string(),
             r#"{"a":null,"b":true,"c":-3,"d":2.0,"e":{"float":"NaN"},"f":{"float":"-Inf"},"g":"x\"y","h":{"hex":"00ff"}}"#
         );
-    }
-
-    #[test]
-    fn csv_reader_errors_read_as_words() {
-        assert_eq!(
-            csv_message(
-                "UnequalLengths { pos: Some(Position { byte: 17, line: 3, record: 2 }), \
-                 expected_len: 3, len: 2 }"
-                    .into()
-            ),
-            "a row of 2 fields where the header has 3"
-        );
-        assert_eq!(csv_message("Utf8 { pos: None }".into()), "not UTF-8");
-        assert_eq!(csv_message("something else".into()), "something else");
     }
 
     #[test]

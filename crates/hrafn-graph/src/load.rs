@@ -166,14 +166,19 @@ fn parse_error(line: u64, message: impl Into<String>) -> Error {
     }
 }
 
+/// The CSV reader's error in words, with its line.
 fn csv_error(e: csv::Error) -> Error {
     let line = e.position().map_or(0, |p| p.line() as usize);
+    let message = match e.kind() {
+        csv::ErrorKind::UnequalLengths {
+            expected_len, len, ..
+        } => format!("a row of {len} fields where the header has {expected_len}"),
+        csv::ErrorKind::Utf8 { .. } => "not UTF-8".to_string(),
+        _ => e.to_string(),
+    };
     match e.into_kind() {
         csv::ErrorKind::Io(io) => Error::Io(io),
-        kind => Error::Parse {
-            line,
-            message: format!("{kind:?}"),
-        },
+        _ => Error::Parse { line, message },
     }
 }
 

@@ -286,10 +286,16 @@ fn a_short_row_is_refused_with_its_line() {
     let (_dir, g) = open();
     let nodes = "id,label\na,P\nb,P\n";
     let edges = "src,dst,type\na,b,T\nb,a\n";
-    let (line, _) = parse_line(load(&g, nodes, edges).0);
+    let (line, message) = parse_line(load(&g, nodes, edges).0);
     assert_eq!(line, 3);
+    assert_eq!(message, "a row of 2 fields where the header has 3");
     assert_eq!(counts(&g).0, 2);
     assert!(g.check().expect("check").is_ok());
+    // The reader's other errors in words too.
+    let (_dir, g) = open();
+    let not_utf8: &[u8] = b"id,label\na,P\nb,\xff\n";
+    let r = g.load_csv(not_utf8, &b"src,dst,type\n"[..], &mut |_| {});
+    assert_eq!(parse_line(r), (3, "not UTF-8".to_string()));
 }
 
 /// A node id given twice is refused at its second row, before that row's transaction is
