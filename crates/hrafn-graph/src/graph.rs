@@ -730,6 +730,11 @@ fn edge_from(id: u64, r: &hrafn::table::Record<'_>) -> Result<Edge> {
     })
 }
 
+/// The record id stable id `id` translates to in `table` (nodes or edges), if any.
+fn located(table: &Table<'_>, id: u64) -> Result<Option<u64>> {
+    Ok(table.index_ids(BY_ID, &id.to_be_bytes())?.first().copied())
+}
+
 /// One snapshot of the graph, its tables and trees open: what queries run on.
 pub struct GraphRead<'t> {
     pub(crate) nodes: Table<'t>,
@@ -761,20 +766,12 @@ impl<'t> GraphRead<'t> {
     /// # Errors
     /// Engine errors.
     pub fn node_location(&self, id: u64) -> Result<Option<u64>> {
-        Ok(self
-            .nodes
-            .index_ids(BY_ID, &id.to_be_bytes())?
-            .first()
-            .copied())
+        located(&self.nodes, id)
     }
 
     /// Where edge `id`'s record is (its table record id), if the edge exists.
     pub(crate) fn edge_location(&self, id: u64) -> Result<Option<u64>> {
-        Ok(self
-            .edges
-            .index_ids(BY_ID, &id.to_be_bytes())?
-            .first()
-            .copied())
+        located(&self.edges, id)
     }
 
     /// Node `id`.
