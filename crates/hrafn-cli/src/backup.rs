@@ -75,8 +75,6 @@ pub(crate) fn backup(
         describe(out, &target.display().to_string(), &manifest)?;
         return Ok(());
     }
-    let dest = FileStorage::new(target)
-        .map_err(|e| fail(3, format!("creating {}: {e}", target.display())))?;
     let kind = if incremental {
         BackupKind::Incremental
     } else {
@@ -84,7 +82,7 @@ pub(crate) fn backup(
     };
     let bar = progress_bar("backup [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} ETA {eta}");
     let manifest = env
-        .backup_into(&dest, kind, &mut |done, total| {
+        .backup_to_with_progress(target, kind, &mut |done, total| {
             bar.set_length(total);
             bar.set_position(done);
         })

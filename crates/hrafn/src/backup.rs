@@ -150,9 +150,7 @@ impl Environment {
     /// [`Error::InvalidArgument`] if `path` holds files; I/O errors writing the backup
     /// (the source is not changed); corruption met reading pages.
     pub fn backup_to(&self, path: impl AsRef<Path>) -> Result<Manifest> {
-        self.check_backup_target(path.as_ref())?;
-        let dest = FileStorage::new(path.as_ref()).map_err(io("creating the backup directory"))?;
-        self.backup_into(&dest, BackupKind::Full, &mut |_, _| {})
+        self.backup_to_with_progress(path, BackupKind::Full, &mut |_, _| {})
     }
 
     /// Copies into directory `path` (created if missing; it must be empty) the journal
@@ -163,9 +161,35 @@ impl Environment {
     /// [`Error::InvalidArgument`] unless the environment was created with
     /// [`Options::incremental_backups`], or if `path` holds files; I/O errors.
     pub fn incremental_backup_to(&self, path: impl AsRef<Path>) -> Result<Manifest> {
-        self.check_backup_target(path.as_ref())?;
-        let dest = FileStorage::new(path.as_ref()).map_err(io("creating the backup directory"))?;
-        self.backup_into(&dest, BackupKind::Incremental, &mut |_, _| {})
+        self.backup_to_with_progress(path, BackupKind::Incremental, &mut |_, _| {})
+    }
+
+    /// [`Environment::backup_to`] or [`Environment::incremental_backup_to`] (by `kind`),
+    /// calling `progress(bytes_done, bytes_total)` as it copies. A backup that fails (or
+    /// panics) once it has begun writing removes what it wrote, and the directory if it
+    /// made it, so a retry into the same path is not refused as "not empty".
+    ///
+    /// # Errors
+    /// As those.
+    pub fn backup_to_with_progress(
+        &self,
+        path: impl AsRef<Path>,
+        kind: BackupKind,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<Manifest> {
+        let path = path.as_ref();
+        self.check_backup_target(path)?;
+        let made = std::fs::symlink_metadata(path).is_err();
+        let dest = FileStorage::new(path).map_err(io("creating the backup directory"))?;
+        refuse_used(&dest)?;
+        let mut written = Written {
+            dir: path,
+            made,
+            armed: true,
+        };
+        let manifest = self.backup_into(&dest, kind, progress)?;
+        written.armed = false;
+        Ok(manifest)
     }
 
     /// A full backup of the live data only: [`Environment::compact_to`] into `path`
@@ -253,13 +277,7 @@ impl Environment {
         kind: BackupKind,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Manifest> {
-        let listed = dest.list("").map_err(io("listing the backup directory"))?;
-        if !listed.is_empty() {
-            return Err(Error::InvalidArgument(format!(
-                "the backup directory is not empty (it holds {:?})",
-                listed[0]
-            )));
-        }
+        refuse_used(dest)?;
         let backup_point = self.inner.flush_book.lock().header.backup;
         if kind == BackupKind::Incremental && !backup_point.enabled {
             return Err(Error::InvalidArgument(
@@ -438,6 +456,52 @@ impl Environment {
         }
         Ok(())
     }
+}
+
+/// What a backup into directory `dir` wrote, removed when dropped armed (the backup
+/// failed): every entry, as the directory was empty when the backup began, and the
+/// directory itself if the backup made it. Best effort: the backup's own error is what
+/// the caller needs.
+struct Written<'a> {
+    dir: &'a Path,
+    made: bool,
+    armed: bool,
+}
+
+impl Drop for Written<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        if self.made {
+            let _ = std::fs::remove_dir_all(self.dir);
+            return;
+        }
+        for entry in std::fs::read_dir(self.dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            let _ = match entry.file_type() {
+                Ok(t) if t.is_dir() => std::fs::remove_dir_all(&path),
+                _ => std::fs::remove_file(&path),
+            };
+        }
+    }
+}
+
+/// Refuses a backup directory that holds anything.
+fn refuse_used(dest: &dyn Storage) -> Result<()> {
+    let listed = dest.list("").map_err(io("listing the backup directory"))?;
+    let Some(first) = listed.first() else {
+        return Ok(());
+    };
+    let interrupted = if listed.iter().any(|name| name == MANIFEST_FILE) {
+        ""
+    } else {
+        "; with no BACKUP manifest in it, it may be a backup interrupted by a crash, which \
+         is unusable: remove it and back up again"
+    };
+    Err(Error::InvalidArgument(format!(
+        "the backup directory is not empty (it holds {first:?}){interrupted}"
+    )))
 }
 
 fn env_id(env: &Environment) -> [u8; 16] {

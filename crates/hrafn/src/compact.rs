@@ -436,32 +436,10 @@ fn sync_dir(dir: &Path) -> Result<()> {
         .map_err(|e| Error::io(format!("syncing {}", dir.display()), e))
 }
 
-/// Creates `dir` and any missing ancestors, syncing the directory that holds each one it
-/// creates: a copy that returned as durable must not vanish with a new ancestor's entry.
+/// [`crate::storage::file::create_dirs_synced`], its error naming `dir`.
 fn create_dirs_synced(dir: &Path) -> Result<()> {
-    let mut missing = Vec::new();
-    let mut at = dir;
-    loop {
-        match std::fs::symlink_metadata(at) {
-            Ok(_) => break,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => missing.push(at),
-            Err(e) => return Err(Error::io(format!("examining {}", at.display()), e)),
-        }
-        match at.parent() {
-            Some(up) if !up.as_os_str().is_empty() => at = up,
-            _ => break,
-        }
-    }
-    for created in missing.into_iter().rev() {
-        match std::fs::create_dir(created) {
-            Ok(()) => {}
-            // Made meanwhile by someone else, who syncs it.
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(Error::io(format!("creating {}", created.display()), e)),
-        }
-        sync_dir(parent_of(created))?;
-    }
-    Ok(())
+    crate::storage::file::create_dirs_synced(dir)
+        .map_err(|e| Error::io(format!("creating {}", dir.display()), e))
 }
 
 /// Refuses an existing target on another file system than its parent (a mount point): the

@@ -792,3 +792,41 @@ fn a_backup_inside_the_environment_directory_is_refused() -> hrafn::Result<()> {
     env.check()?;
     Ok(())
 }
+
+/// A backup that fails once it has begun writing (here its progress callback panics
+/// after the first chunk) removes what it wrote: a directory it made goes, an empty one
+/// it was given is empty again, so the retry is not refused as "not empty". A directory
+/// left by a crash (files, no manifest) is refused with a word on what it may be.
+#[test]
+fn a_failed_backup_leaves_its_directory_as_found_and_a_retry_succeeds() -> hrafn::Result<()> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = Environment::open(dir.path().join("db"), Options::default())?;
+    commit_round(&env, 1, 3)?;
+    let given = dir.path().join("given");
+    std::fs::create_dir(&given).expect("dir");
+    for (target, made) in [(dir.path().join("made"), true), (given.clone(), false)] {
+        let failed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            env.backup_to_with_progress(&target, BackupKind::Full, &mut |done, _| {
+                assert!(std::fs::read_dir(&target).expect("list").count() > 0);
+                panic!("failing after {done} bytes");
+            })
+        }));
+        assert!(failed.is_err(), "the backup was to fail");
+        if made {
+            assert!(!target.exists(), "the directory it made is left");
+        } else {
+            assert_eq!(std::fs::read_dir(&target).expect("list").count(), 0);
+        }
+        let manifest = env.backup_to(&target)?;
+        assert_eq!(backup::verify(&target)?.last_txn_id, manifest.last_txn_id);
+    }
+    let interrupted = dir.path().join("interrupted");
+    std::fs::create_dir(&interrupted).expect("dir");
+    std::fs::write(interrupted.join("data.hrafn"), b"partial").expect("file");
+    let refused = env.backup_to(&interrupted);
+    assert!(
+        matches!(&refused, Err(Error::InvalidArgument(m)) if m.contains("interrupted")),
+        "{refused:?}"
+    );
+    Ok(())
+}

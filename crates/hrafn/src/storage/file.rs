@@ -20,12 +20,13 @@ pub struct FileStorage {
 }
 
 impl FileStorage {
-    /// Uses `root` as the environment directory, creating it if needed.
+    /// Uses `root` as the environment directory, creating it (and missing ancestors) if
+    /// needed, durably: see [`create_dirs_synced`].
     ///
     /// # Errors
     /// If the directory cannot be created.
     pub fn new(root: impl AsRef<Path>) -> io::Result<FileStorage> {
-        fs::create_dir_all(root.as_ref())?;
+        create_dirs_synced(root.as_ref())?;
         Ok(FileStorage {
             root: root.as_ref().to_path_buf(),
         })
@@ -54,6 +55,42 @@ impl FileStorage {
             self.root.join(name)
         }
     }
+}
+
+/// Creates `dir` and any missing ancestors, syncing the directory that holds each one it
+/// creates: a new directory's entry is durable only once its parent is synced, and files
+/// synced inside a directory whose entry is lost are lost with it.
+///
+/// # Errors
+/// The first failure examining, creating or syncing a directory.
+pub(crate) fn create_dirs_synced(dir: &Path) -> io::Result<()> {
+    let mut missing = Vec::new();
+    let mut at = dir;
+    loop {
+        match fs::symlink_metadata(at) {
+            Ok(_) => break,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => missing.push(at),
+            Err(e) => return Err(e),
+        }
+        match at.parent() {
+            Some(up) if !up.as_os_str().is_empty() => at = up,
+            _ => break,
+        }
+    }
+    for created in missing.into_iter().rev() {
+        match fs::create_dir(created) {
+            Ok(()) => {}
+            // Made meanwhile by someone else, who syncs it.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+        let parent = match created.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent,
+            _ => Path::new("."),
+        };
+        File::open(parent)?.sync_all()?;
+    }
+    Ok(())
 }
 
 impl Storage for FileStorage {

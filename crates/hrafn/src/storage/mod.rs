@@ -12,7 +12,7 @@
 //!   written since) for as long as the `Arc` lives, even after the file grows and is mapped
 //!   again; that is what lets an old reader keep its view while the file is remapped.
 
-mod file;
+pub(crate) mod file;
 mod io_loop;
 pub(crate) mod lock_file;
 /// The simulated disk of the crash suites (feature `internals`).
