@@ -49,6 +49,9 @@ pub(crate) fn backup(
 ) -> Result<(), Failure> {
     crate::require_dir(dir)?;
     let env = if incremental || chain {
+        // A directory with no environment is refused as the read-only backup refuses it:
+        // opening for writing would create one there.
+        drop(open(dir)?);
         Environment::open(dir, Options::default()).map_err(|e| match e {
             Error::Locked => fail(
                 3,

@@ -75,6 +75,8 @@ fn reading_commands_refuse_a_directory_without_an_environment_and_leave_it_empty
         vec!["scan", d, "t"],
         vec!["get", d, "t", "k"],
         vec!["backup", d, s(&out)],
+        vec!["backup", "--chain", d, s(&out)],
+        vec!["backup", "--incremental", d, s(&out)],
         vec!["compact", d, "--into", s(&out)],
     ] {
         let o = hrafn(&args);

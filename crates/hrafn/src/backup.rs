@@ -267,7 +267,9 @@ impl Environment {
     }
 
     /// [`Environment::backup_to`] or [`Environment::incremental_backup_to`] into any
-    /// storage, calling `progress(bytes_done, bytes_total)` as it copies.
+    /// storage, calling `progress(bytes_done, bytes_total)` as it copies. Backups of one
+    /// environment run one at a time (a second waits for the first), so `progress` must
+    /// not start another.
     ///
     /// # Errors
     /// As those.
@@ -278,6 +280,7 @@ impl Environment {
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Manifest> {
         refuse_used(dest)?;
+        let _one_at_a_time = self.inner.backup.lock();
         let backup_point = self.inner.flush_book.lock().header.backup;
         if kind == BackupKind::Incremental && !backup_point.enabled {
             return Err(Error::InvalidArgument(
@@ -398,6 +401,14 @@ impl Environment {
             std::thread::yield_now();
         }
         let rtx = self.begin_read()?;
+        // The backup point moves past these records: with commits that skip the sync, a
+        // power cut could otherwise take them from the source but not from the backup,
+        // and the source would then reuse their transaction ids.
+        crate::flush::sync_buffered_journal(
+            inner,
+            last_txn_id,
+            "syncing the journal for a backup",
+        )?;
         let journal = inner.journal.lock().as_ref().map(|j| j.position()).map(
             |(journal_number, offset_bytes, chain)| {
                 (
@@ -470,7 +481,9 @@ struct Written<'a> {
 
 impl Drop for Written<'_> {
     fn drop(&mut self) {
-        if !self.armed {
+        // A backup whose manifest is in place is complete, even if recording it in the
+        // environment failed afterwards: the next incremental may start after it.
+        if !self.armed || self.dir.join(MANIFEST_FILE).exists() {
             return;
         }
         if self.made {
@@ -616,13 +629,11 @@ fn write_incremental(
             .exists(&name)
             .map_err(io(format!("checking {name}")))?
         {
-            if number == start.journal_number && number < end.journal_number {
-                continue; // retired: its records all came before the backup point
-            }
-            return Err(Error::corruption(
-                crate::error::CorruptionSite::Environment,
-                format!("{name}, which the next incremental backup needs, is missing"),
-            ));
+            // Retired, or never written: journals after the backup point are kept until a
+            // backup takes them, so a missing one holds no record after it. A journal
+            // lost to damage shows at restore, whose replay checks that transaction ids
+            // and the chain checksum follow on.
+            continue;
         }
         let file = source
             .open(&name, FileKind::JournalBuffered, false)
@@ -800,7 +811,8 @@ impl Manifest {
             ["incremental"] => BackupKind::Incremental,
             _ => return Err(bad("unknown kind")),
         };
-        let format_version = number(&field("format-version")?, 0)? as u32;
+        let format_version = u32::try_from(number(&field("format-version")?, 0)?)
+            .map_err(|_| bad("format-version out of range"))?;
         let env_words = field("env-id")?;
         let env_hex = env_words.first().copied().unwrap_or("");
         let mut env_id = [0u8; 16];
@@ -956,7 +968,8 @@ pub fn verify_storage(storage: &dyn Storage, shown: &str) -> Result<Manifest> {
             .iter()
             .all(|f| f.name.starts_with("journal/")),
     };
-    if !kind_files_ok || manifest.first_txn_id > manifest.last_txn_id + 1 {
+    // Compared as `first - 1 > last`, so that no id read from the manifest overflows.
+    if !kind_files_ok || manifest.first_txn_id.saturating_sub(1) > manifest.last_txn_id {
         return Err(invalid(
             shown,
             "manifest: files or transactions do not fit its kind",
@@ -1015,7 +1028,7 @@ pub fn verify_chain(storages: &[(&dyn Storage, String)]) -> Result<Vec<Manifest>
                 // of both are the same where they overlap, and recovery replays from the
                 // full backup's position. A gap cannot be filled.
                 if manifest.start > before.end
-                    || manifest.first_txn_id > before.last_txn_id + 1
+                    || manifest.first_txn_id.saturating_sub(1) > before.last_txn_id
                     || manifest.end < before.end
                     || manifest.last_txn_id < before.last_txn_id
                 {
@@ -1140,4 +1153,63 @@ pub fn restore_into(
         records_replayed: stats.recovered_records,
         backups: manifests.len(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::sim::SimStorage;
+
+    /// The text of a full backup's manifest of an empty data file, with `from` replaced by `to` and
+    /// the checksum line made to fit.
+    fn manifest_text(from: &str, to: &str) -> String {
+        let manifest = Manifest {
+            kind: BackupKind::Full,
+            env_id: [7; 16],
+            format_version: FORMAT_VERSION,
+            first_txn_id: 0,
+            last_txn_id: 5,
+            start: JournalPosition::default(),
+            end: JournalPosition::default(),
+            chain_checksum: 0,
+            files: vec![BackupFile {
+                name: DATA_FILE.to_owned(),
+                offset_bytes: 0,
+                size_bytes: 0,
+                checksum: crate::checksum::xxh3_64(&[]),
+            }],
+            writer_held: Duration::ZERO,
+        };
+        let text = manifest.encode();
+        let body = text[..text.rfind("checksum ").expect("checksum line")].replacen(from, to, 1);
+        assert_ne!(body, text, "{from} is in the manifest");
+        let checksum = crate::checksum::xxh3_64(body.as_bytes());
+        format!("{body}checksum {checksum:016x}\n")
+    }
+
+    /// A manifest's numbers are whatever its text says (its checksum is no secret): a
+    /// format version past `u32` is refused, not wrapped into a known one, and the
+    /// largest transaction id is checked without overflow.
+    #[test]
+    fn manifest_numbers_out_of_range_are_refused() {
+        let wrapped = u64::from(FORMAT_VERSION) + (1 << 32);
+        let version = manifest_text(
+            &format!("format-version {FORMAT_VERSION}\n"),
+            &format!("format-version {wrapped}\n"),
+        );
+        assert!(Manifest::decode(version.as_bytes(), "m").is_err());
+        let last = manifest_text("last-txn-id 5\n", &format!("last-txn-id {}\n", u64::MAX));
+        let decoded = Manifest::decode(last.as_bytes(), "m").expect("a valid manifest");
+        assert_eq!(decoded.last_txn_id, u64::MAX);
+        let storage = SimStorage::new(1);
+        storage
+            .open(DATA_FILE, FileKind::Data, true)
+            .expect("create");
+        let file = storage
+            .open(MANIFEST_FILE, FileKind::Header, true)
+            .expect("create");
+        write_all_at(&*file, last.as_bytes(), 0).expect("write");
+        let verified = verify_storage(&storage, "b").expect("its files are as listed");
+        assert_eq!(verified.last_txn_id, u64::MAX);
+    }
 }

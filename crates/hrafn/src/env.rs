@@ -420,6 +420,9 @@ pub(crate) struct EnvInner {
     /// order (`journal_turn`).
     pub journal: Mutex<Option<JournalWriter>>,
     pub journal_turn: parking_lot::Condvar,
+    /// Held through a backup: one that moves the backup point releases journals another
+    /// may still be copying, which the writer then reuses under it.
+    pub backup: Mutex<()>,
     /// The state of the last prepared transaction while its record is being written: the
     /// next write transaction builds on it (pipelined commit).
     pub pending_state: Mutex<Option<Arc<State>>>,
@@ -489,6 +492,7 @@ impl EnvInner {
             writer_holder: AtomicU64::new(0),
             journal: Mutex::new(None),
             journal_turn: parking_lot::Condvar::new(),
+            backup: Mutex::new(()),
             commits_in_flight: AtomicU64::new(0),
             pending_state: Mutex::new(None),
             publish: Mutex::new(()),

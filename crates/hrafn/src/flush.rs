@@ -447,6 +447,34 @@ fn spill_past_budget(inner: &EnvInner, book: &mut FlushBook) {
     }));
 }
 
+/// Makes durable the journal records that commits without a sync left buffered, so that
+/// everything through `txn_id` (a published state's) is on disk; a failed sync poisons
+/// the environment. `what` names the caller's step in the error.
+pub(crate) fn sync_buffered_journal(inner: &EnvInner, txn_id: u64, what: &str) -> Result<()> {
+    // Read after the state of `txn_id` was loaded: a transaction of that state was marked
+    // and its file named before it was published, and an older file was synced when the
+    // writer rotated away from it. A mark newer than the state may lie in a file the
+    // handle does not name yet, so only one this sync surely covers is cleared.
+    let buffered_txn_id = inner.journal_index.lock().buffered_unsynced_txn_id;
+    if buffered_txn_id == 0 {
+        return Ok(());
+    }
+    let file = inner.journal_file.lock().clone().ok_or(Error::ReadOnly)?;
+    if let Err(e) = file.sync_data() {
+        let error = Error::io(what, e);
+        inner.poison_with(&error);
+        return Err(error);
+    }
+    // Every record up to this state's is durable now (the write-ahead checker in tests
+    // learns it here; durable writes report it themselves).
+    inner.storage.note(StorageEvent::JournalDurable { txn_id });
+    let mut index = inner.journal_index.lock();
+    if index.buffered_unsynced_txn_id == buffered_txn_id && buffered_txn_id <= txn_id {
+        index.buffered_unsynced_txn_id = 0;
+    }
+    Ok(())
+}
+
 fn write_batch(
     inner: &EnvInner,
     book: &mut FlushBook,
@@ -458,25 +486,7 @@ fn write_batch(
         error
     };
     // Write-ahead rule: the records of these versions are durable before any data byte.
-    // Read after `state` was loaded and before the file: a transaction of `state` was
-    // marked and its file named before it was published, and an older file was synced
-    // when the writer rotated away from it. A mark newer than `state` may lie in a file
-    // the handle does not name yet, so only one this sync surely covers is cleared.
-    let buffered_txn_id = inner.journal_index.lock().buffered_unsynced_txn_id;
-    if buffered_txn_id != 0 {
-        let file = inner.journal_file.lock().clone().ok_or(Error::ReadOnly)?;
-        file.sync_data()
-            .map_err(|e| fail(Error::io("syncing the journal before a flush", e)))?;
-        // Every record up to this state's is durable now (the write-ahead checker in tests
-        // learns it here; durable writes report it themselves).
-        inner.storage.note(StorageEvent::JournalDurable {
-            txn_id: state.txn_id,
-        });
-        let mut index = inner.journal_index.lock();
-        if index.buffered_unsynced_txn_id == buffered_txn_id && buffered_txn_id <= state.txn_id {
-            index.buffered_unsynced_txn_id = 0;
-        }
-    }
+    sync_buffered_journal(inner, state.txn_id, "syncing the journal before a flush")?;
     let txn_id_max = batch.iter().map(|&(_, t)| t).max().unwrap_or(0);
     inner.storage.note(StorageEvent::DataWrite { txn_id_max });
 
