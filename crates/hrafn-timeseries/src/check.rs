@@ -1,7 +1,7 @@
 //! The integrity check: every structure of the store agrees with every other.
 
 use crate::chunk;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::keys::*;
 use crate::labels::Labels;
 use crate::store::Store;
@@ -34,10 +34,12 @@ impl Store {
     /// trees agree: every series has its labels, hash entry, index entries and open chunk;
     /// every index entry names a series carrying that label; every sealed chunk decodes,
     /// starts at its key's time, does not overlap its neighbours or the open chunk, and is
-    /// in the age index, which holds nothing else; out-of-order samples belong to a series.
+    /// in the age index, which holds nothing else; out-of-order samples belong to a series;
+    /// the next series id is above every series' id.
     ///
     /// # Errors
-    /// Engine errors reading the trees (a damaged page is a reported problem instead).
+    /// Engine errors reading the trees (a damaged page, a malformed key or entry is a
+    /// reported problem instead).
     pub fn check(&self) -> Result<TsCheckReport> {
         let rtx = self.environment().begin_read()?;
         let mut r = TsCheckReport::default();
@@ -48,9 +50,13 @@ impl Store {
         let problem = |r: &mut TsCheckReport, p: String| r.problems.push(p);
         // Series and their labels.
         let mut series: BTreeMap<u64, Labels> = BTreeMap::new();
+        let mut largest_id = None;
         for item in rtx.open_tree(TREE_LABELS)?.iter()? {
             let (k, v) = item?;
-            let id = id_from(k)?;
+            let Some(id) = noted(&mut r, "labels key", id_from(k)) else {
+                continue;
+            };
+            largest_id = largest_id.max(Some(id));
             match Labels::decode(v) {
                 Ok(l) => {
                     series.insert(id, l);
@@ -59,9 +65,25 @@ impl Store {
             }
         }
         r.series = series.len() as u64;
+        // A counter at or below a stored id would hand that id to a new label set.
+        match rtx.open_tree(TREE_META)?.get(META_NEXT_SERIES_ID)? {
+            None => problem(&mut r, "no next series id".into()),
+            Some(bytes) => {
+                if let Some(next) = noted(&mut r, "next series id", id_from(bytes))
+                    && let Some(largest) = largest_id.filter(|&l| next <= l)
+                {
+                    problem(
+                        &mut r,
+                        format!("next series id {next} is not above series {largest}"),
+                    );
+                }
+            }
+        }
         let mut hashed = BTreeSet::new();
         for item in rtx.open_tree(TREE_SERIES)?.iter()? {
-            let (hash, id) = pair_from(item?.0)?;
+            let Some((hash, id)) = noted(&mut r, "hash key", pair_from(item?.0)) else {
+                continue;
+            };
             match series.get(&id) {
                 Some(l) if labels_hash(&l.encode()) == hash => {
                     hashed.insert(id);
@@ -74,9 +96,14 @@ impl Store {
         let mut indexed = 0u64;
         for key in postings.keys::<&[u8], _>(..)? {
             let key = key?;
-            let (name, value) = posting_from(key)?;
+            let Some((name, value)) = noted(&mut r, "index key", posting_from(key)) else {
+                continue;
+            };
             for v in postings.values(key)? {
-                let id = id_from(v?)?;
+                let what = format!("index {name}={value}");
+                let Some(id) = noted(&mut r, &what, id_from(v?)) else {
+                    continue;
+                };
                 indexed += 1;
                 if series.get(&id).and_then(|l| l.get(name)) != Some(value) {
                     problem(
@@ -130,7 +157,9 @@ impl Store {
         let mut previous: Option<(u64, i64)> = None;
         for item in rtx.open_tree(TREE_CHUNKS)?.iter()? {
             let (k, bytes) = item?;
-            let (id, first_key) = pair_from(k)?;
+            let Some((id, first_key)) = noted(&mut r, "chunk key", pair_from(k)) else {
+                continue;
+            };
             let first = time_from_key(first_key);
             r.sealed_chunks += 1;
             if !series.contains_key(&id) {
@@ -174,7 +203,9 @@ impl Store {
         }
         let mut blocks = BTreeSet::new();
         for item in rtx.open_tree(TREE_BLOCKS)?.iter()? {
-            blocks.insert(block_from(item?.0)?);
+            if let Some(block) = noted(&mut r, "age index key", block_from(item?.0)) {
+                blocks.insert(block);
+            }
         }
         for missing in spans.difference(&blocks) {
             problem(
@@ -189,7 +220,9 @@ impl Store {
         let ooo = rtx.open_tree(TREE_OOO)?;
         for item in ooo.iter()? {
             let (k, _) = item?;
-            let id = id_from(k)?;
+            let Some(id) = noted(&mut r, "out-of-order key", id_from(k)) else {
+                continue;
+            };
             if !series.contains_key(&id) {
                 problem(
                     &mut r,
@@ -197,9 +230,19 @@ impl Store {
                 );
                 continue;
             }
-            let tree = ooo.open_fixed_tree(k).map_err(Error::from)?;
-            r.out_of_order_samples += tree.len();
+            // A plain value where the nested tree belongs is damage, not a read failure.
+            let what = format!("out-of-order samples of series {id}");
+            if let Some(tree) = noted(&mut r, &what, ooo.open_fixed_tree(k).map_err(Into::into)) {
+                r.out_of_order_samples += tree.len();
+            }
         }
         Ok(r)
     }
+}
+
+/// `result`'s value, or `None` with its error recorded as a problem of `what`.
+fn noted<T>(r: &mut TsCheckReport, what: &str, result: Result<T>) -> Option<T> {
+    result
+        .map_err(|e| r.problems.push(format!("{what}: {e}")))
+        .ok()
 }

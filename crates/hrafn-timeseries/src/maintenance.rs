@@ -23,7 +23,8 @@ pub struct RetentionReport {
     pub chunks_dropped: u64,
     /// Open chunks emptied because all their samples were older than the cutoff.
     pub open_chunks_emptied: u64,
-    /// Out-of-order samples older than the cutoff.
+    /// Out-of-order samples older than the cutoff and than every chunk kept of their
+    /// series.
     pub out_of_order_dropped: u64,
     /// Series left without any sample, and so deleted.
     pub series_deleted: u64,
@@ -47,7 +48,9 @@ impl Store {
     /// (found through the age index, so the cost is in the chunks dropped, not the chunks
     /// kept), open chunks and out-of-order samples older than it (checked per series),
     /// and series it leaves empty (a series never given a sample is kept). A chunk that
-    /// straddles the cutoff stays whole.
+    /// straddles the cutoff stays whole, and so do the out-of-order samples at or after
+    /// the first sample a kept chunk of their series holds: one of them may overwrite a
+    /// kept sample, whose old value must not show again.
     ///
     /// # Errors
     /// Engine and corruption errors.
@@ -116,24 +119,26 @@ impl Store {
                     }
                 }
             }
-            {
+            for &id in batch {
+                if !has_nested(&wtx.open_tree(TREE_OOO)?, id)? {
+                    continue;
+                }
+                // An out-of-order sample may overwrite a sample of a chunk that stays: it
+                // goes only with the chunks before it, or the old value would show again.
+                let drop_to_ms =
+                    earliest_held(&mut wtx, id)?.map_or(cutoff_ms, |t| t.min(cutoff_ms));
                 let mut ooo = wtx.open_tree(TREE_OOO)?;
-                for &id in batch {
-                    if !has_nested(&ooo, id)? {
-                        continue;
-                    }
-                    let (dropped, left) = {
-                        let mut tree = ooo.open_fixed_tree(id_key(id), OOO_VALUE_BYTES)?;
-                        let dropped = tree.delete_range(..time_key(cutoff_ms))?;
-                        (dropped, tree.len())
-                    };
-                    report.out_of_order_dropped += dropped;
-                    if dropped > 0 {
-                        touched.push(id);
-                    }
-                    if left == 0 {
-                        ooo.remove(id_key(id))?;
-                    }
+                let (dropped, left) = {
+                    let mut tree = ooo.open_fixed_tree(id_key(id), OOO_VALUE_BYTES)?;
+                    let dropped = tree.delete_range(..time_key(drop_to_ms))?;
+                    (dropped, tree.len())
+                };
+                report.out_of_order_dropped += dropped;
+                if dropped > 0 {
+                    touched.push(id);
+                }
+                if left == 0 {
+                    ooo.remove(id_key(id))?;
                 }
             }
             touched.sort_unstable();
@@ -180,7 +185,8 @@ impl Store {
     /// fuller chunks take fewer bytes per sample. Series already compact are skipped.
     ///
     /// # Errors
-    /// Engine and corruption errors.
+    /// Engine and corruption errors, among them [`Error::Corrupt`] for sealed chunks of
+    /// one series that overlap.
     pub fn compact(&self) -> Result<CompactReport> {
         let mut report = CompactReport::default();
         let ids = self.all_ids()?;
@@ -212,6 +218,21 @@ fn has_nested(tree: &hrafn::TreeMut<'_, '_>, id: u64) -> Result<bool> {
         .range::<&[u8], _>(&key[..]..=&key[..])?
         .next()
         .is_some())
+}
+
+/// The earliest time series `id` holds in a chunk, sealed or open (`None`: neither holds
+/// a sample).
+fn earliest_held(wtx: &mut WriteTxn<'_>, id: u64) -> Result<Option<i64>> {
+    let open = match wtx.open_tree(TREE_HEAD)?.get(id_key(id))? {
+        Some(open) => chunk::open_header(open)?.map(|h| h.first_timestamp_ms),
+        None => None,
+    };
+    let chunks = wtx.open_tree(TREE_CHUNKS)?;
+    let sealed = match chunks.prefix(id_key(id))?.next().transpose()? {
+        Some((key, _)) => Some(time_from_key(pair_from(key)?.1)),
+        None => None,
+    };
+    Ok(open.into_iter().chain(sealed).min())
 }
 
 /// Whether series `id` holds no sample at all.
@@ -323,6 +344,17 @@ fn compact_series(wtx: &mut WriteTxn<'_>, id: u64, report: &mut CompactReport) -
         }
         (samples, counts)
     };
+    // Chunks that overlap cannot be rewritten as one run (`chunk::encode` needs strictly
+    // increasing times); the check reports them.
+    if let Some(w) = samples
+        .windows(2)
+        .find(|w| w[0].timestamp_ms >= w[1].timestamp_ms)
+    {
+        return Err(Error::Corrupt(format!(
+            "series {id}: sealed chunks overlap at {}",
+            w[1].timestamp_ms
+        )));
+    }
     let mergeable = counts
         .windows(2)
         .any(|w| w[0] + w[1] <= COMPACTED_CHUNK_SAMPLES);

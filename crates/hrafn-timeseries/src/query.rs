@@ -26,9 +26,9 @@ pub enum Aggregation {
     Sum,
     /// Mean of the values.
     Avg,
-    /// Smallest value.
+    /// Smallest value; NaN values are ignored unless every value is NaN.
     Min,
-    /// Largest value.
+    /// Largest value; NaN values are ignored unless every value is NaN.
     Max,
     /// Number of series with a value.
     Count,
@@ -472,8 +472,11 @@ impl Default for Acc {
     fn default() -> Acc {
         Acc {
             sum: 0.0,
-            min: f64::INFINITY,
-            max: f64::NEG_INFINITY,
+            // `f64::min`/`max` return the other operand when one is NaN: a NaN start is
+            // replaced by the first number, and a group of NaNs only stays NaN, as in
+            // Prometheus.
+            min: f64::NAN,
+            max: f64::NAN,
             count: 0,
         }
     }
@@ -596,6 +599,20 @@ mod tests {
         );
         // Past the window the series has no value.
         assert_eq!(step_values(&samples, 30, 10, 2, 8, false), vec![None, None]);
+    }
+
+    #[test]
+    fn min_and_max_ignore_nan_unless_every_value_is_nan() {
+        let of = |values: &[f64]| {
+            let mut acc = Acc::default();
+            values.iter().for_each(|&v| acc.add(v));
+            (acc.result(Aggregation::Min), acc.result(Aggregation::Max))
+        };
+        let (min, max) = of(&[f64::NAN, f64::NAN]);
+        assert!(min.is_nan() && max.is_nan(), "{min} {max}");
+        assert_eq!(of(&[f64::NAN, 2.0, -1.0]), (-1.0, 2.0));
+        assert_eq!(of(&[3.0, f64::NAN]), (3.0, 3.0));
+        assert_eq!(of(&[f64::INFINITY, 1.0]), (1.0, f64::INFINITY));
     }
 
     #[test]

@@ -7,6 +7,7 @@ use crate::labels::Labels;
 use hrafn::{Environment, WriteTxn};
 use parking_lot::RwLock;
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -176,6 +177,10 @@ impl Store {
     /// Appends `samples` (in any order) to the series named by `labels`, creating it if
     /// needed. Durable when it returns (as the environment's durability says).
     ///
+    /// A series' samples of one call are taken in time order, so which are in order, out
+    /// of order or too old does not depend on their order in the call; of samples at one
+    /// timestamp, the one later in the call wins.
+    ///
     /// # Errors
     /// [`Error::InvalidLabels`] for a label pair over [`LABEL_PAIR_MAX_BYTES`]; engine
     /// errors.
@@ -184,7 +189,8 @@ impl Store {
     }
 
     /// Appends a batch of `(series, sample)` rows in one (merged) transaction: a scrape of
-    /// many series at one timestamp, or any mix.
+    /// many series at one timestamp, or any mix. A series' rows are taken in time order,
+    /// as in [`Store::append`].
     ///
     /// # Errors
     /// As [`Store::append`].
@@ -378,53 +384,115 @@ fn append_to_heads(
     window_ms: i64,
     out: &mut HeadOutput,
 ) -> Result<Vec<usize>> {
-    let mut head = wtx.open_tree(TREE_HEAD)?;
-    // In series order (stable: a series' samples keep their order), so that series whose
-    // open chunks share a leaf share one descent.
-    let mut order: Vec<(u64, usize)> = pending
+    // In series order, so that series whose open chunks share a leaf share one descent;
+    // within a series in time order, so that what is in order or too old does not depend
+    // on the order of the rows (stable: at one timestamp the later row wins).
+    let mut order: Vec<SeriesRow> = pending
         .iter()
         .filter_map(|&row| ids[row].map(|id| (id, row)))
         .collect();
-    order.sort_by_key(|&(id, _)| id);
+    order.sort_by_key(|&(id, row)| (id, rows[row].1.timestamp_ms));
+    let mut sealed_ends = SealedEnds::new();
+    let (mut absent, waiting) = heads_pass(wtx, rows, &order, &sealed_ends, window_ms, out)?;
+    if !waiting.is_empty() {
+        {
+            let chunks = wtx.open_tree(TREE_CHUNKS)?;
+            for &(id, _) in &waiting {
+                if let Entry::Vacant(slot) = sealed_ends.entry(id) {
+                    let newest = chunks.prefix(id_key(id))?.next_back().transpose()?;
+                    slot.insert(match newest {
+                        Some((_, bytes)) => Some(chunk::header(bytes)?.last_timestamp_ms),
+                        None => None,
+                    });
+                }
+            }
+        }
+        // Every waiting series' end is known now: nothing waits again.
+        let (more, _) = heads_pass(wtx, rows, &waiting, &sealed_ends, window_ms, out)?;
+        absent.extend(more);
+    }
+    Ok(absent)
+}
+
+/// The end of a series' newest sealed chunk (`None`: it has none), by series id.
+type SealedEnds = HashMap<u64, Option<i64>>;
+
+/// A row to append and its series: `(series id, row index)`.
+type SeriesRow = (u64, usize);
+
+/// One pass of [`append_to_heads`] over `order`'s `(series id, row)`s. Returns the rows
+/// whose series has no open chunk, and those left waiting for their series' entry in
+/// `sealed_ends` because its open chunk is empty.
+fn heads_pass(
+    wtx: &mut WriteTxn<'_>,
+    rows: &[(Target, Sample)],
+    order: &[SeriesRow],
+    sealed_ends: &SealedEnds,
+    window_ms: i64,
+    out: &mut HeadOutput,
+) -> Result<(Vec<usize>, Vec<SeriesRow>)> {
+    let mut head = wtx.open_tree(TREE_HEAD)?;
     let keys: Vec<[u8; 8]> = order.iter().map(|&(id, _)| id_key(id)).collect();
+    let mut waiting: Vec<SeriesRow> = Vec::new();
     // The open chunk is changed where it lies in the page: the journal records only the
     // bytes the append touched.
     let mut outcome: Result<()> = Ok(());
     let absent = head.update_in_place_each(&keys, |i, open| {
         let (id, row) = order[i];
-        if outcome.is_ok() {
-            outcome = append_one(open, id, rows[row].1, window_ms, out);
+        if outcome.is_err() {
+            return;
+        }
+        // The rows of a series that waits all wait, to keep their order.
+        if waiting.last().is_some_and(|&(w, _)| w == id) {
+            waiting.push(order[i]);
+            return;
+        }
+        let sealed_end = sealed_ends.get(&id).copied();
+        match append_one(open, id, rows[row].1, sealed_end, window_ms, out) {
+            Ok(true) => {}
+            Ok(false) => waiting.push(order[i]),
+            Err(e) => outcome = Err(e),
         }
     })?;
     outcome?;
-    Ok(absent.into_iter().map(|i| order[i].1).collect())
+    Ok((absent.into_iter().map(|i| order[i].1).collect(), waiting))
 }
 
 /// Appends `sample` to series `id`'s open chunk `open` (sealing it when full), or sets it
-/// aside as out of order, or counts it too old.
+/// aside as out of order, or counts it too old. `sealed_end` is the end of the series'
+/// newest sealed chunk, when looked up: an empty open chunk does not tell what is in
+/// order, since retention may empty it beside a sealed chunk an append made meanwhile.
+/// Returns `false`, changing nothing, when the open chunk is empty and `sealed_end` was
+/// not looked up.
 fn append_one(
     open: &mut [u8],
     id: u64,
     sample: Sample,
+    sealed_end: Option<Option<i64>>,
     window_ms: i64,
     out: &mut HeadOutput,
-) -> Result<()> {
+) -> Result<bool> {
     if open.len() != OPEN_CHUNK_BYTES {
         return Err(Error::Corrupt(format!(
             "open chunk of series {id} has {} bytes",
             open.len()
         )));
     }
-    if let Some(h) = chunk::open_header(open)?
-        && sample.timestamp_ms <= h.last_timestamp_ms
+    let newest_ms = match (chunk::open_header(open)?, sealed_end) {
+        (Some(h), _) => Some(h.last_timestamp_ms),
+        (None, Some(end)) => end,
+        (None, None) => return Ok(false),
+    };
+    if let Some(newest_ms) = newest_ms
+        && sample.timestamp_ms <= newest_ms
     {
-        if sample.timestamp_ms < h.last_timestamp_ms.saturating_sub(window_ms) {
+        if sample.timestamp_ms < newest_ms.saturating_sub(window_ms) {
             out.report.too_old += 1;
         } else {
             out.report.out_of_order += 1;
             out.out_of_order.push((id, sample));
         }
-        return Ok(());
+        return Ok(true);
     }
     if chunk::open_append(open, sample)? == Append::Full {
         let sealed = chunk::seal(open)?
@@ -437,7 +505,7 @@ fn append_one(
         }
     }
     out.report.appended += 1;
-    Ok(())
+    Ok(true)
 }
 
 /// Files sealed chunks under their series and in the age index.
@@ -505,9 +573,21 @@ fn lookup_or_create(wtx: &mut WriteTxn<'_>, labels: &Labels, created: &mut bool)
             .get(META_NEXT_SERIES_ID)?
             .ok_or_else(|| Error::Corrupt("no next series id".into()))
             .and_then(id_from)?;
-        meta.insert(META_NEXT_SERIES_ID, (next + 1).to_be_bytes())?;
+        let after = next
+            .checked_add(1)
+            .ok_or_else(|| Error::Corrupt("series ids are used up".into()))?;
+        meta.insert(META_NEXT_SERIES_ID, after.to_be_bytes())?;
         next
     };
+    // A counter set back must not hand an existing series' id, and so its samples, to
+    // another label set.
+    if wtx.open_tree(TREE_LABELS)?.get(id_key(id))?.is_some()
+        || wtx.open_tree(TREE_HEAD)?.get(id_key(id))?.is_some()
+    {
+        return Err(Error::Corrupt(format!(
+            "the next series id {id} is taken by a stored series"
+        )));
+    }
     wtx.open_tree(TREE_SERIES)?.insert(pair_key(hash, id), [])?;
     wtx.open_tree(TREE_LABELS)?.insert(id_key(id), &canonical)?;
     {

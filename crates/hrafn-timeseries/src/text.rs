@@ -87,8 +87,8 @@ pub struct Matcher {
 }
 
 impl Matcher {
-    /// Builds a matcher. Regexes are anchored at both ends, as in Prometheus: `a=~"b"`
-    /// matches the value `b` but not `ab`.
+    /// Builds a matcher. Regexes are anchored at both ends and `.` matches any character
+    /// including a newline, as in Prometheus: `a=~"b"` matches the value `b` but not `ab`.
     ///
     /// # Errors
     /// [`Error::InvalidQuery`] for a name that is not a valid label name or a regex that
@@ -105,11 +105,14 @@ impl Matcher {
         let regex = match op {
             MatchOp::Equal | MatchOp::NotEqual => None,
             MatchOp::RegexMatch | MatchOp::RegexNoMatch => {
-                let anchored = format!("^(?:{value})$");
-                let regex = regex::Regex::new(&anchored).map_err(|e| {
+                let bad = |e: regex::Error| {
                     Error::InvalidQuery(format!("bad regex {:?}: {e}", snippet(&value)))
-                })?;
-                Some(regex)
+                };
+                // Alone first: a pattern such as `x)|(y` would close the wrapping group
+                // and escape the anchors.
+                regex::Regex::new(&value).map_err(bad)?;
+                // As Prometheus wraps it: `.` matches a newline too.
+                Some(regex::Regex::new(&format!("^(?s:{value})$")).map_err(bad)?)
             }
         };
         Ok(Matcher {
@@ -996,6 +999,27 @@ mod tests {
         assert!(!m("a", RegexMatch, "x").matches_empty());
         assert_eq!(m("a", RegexMatch, "x"), m("a", RegexMatch, "x"));
         assert_ne!(m("a", RegexMatch, "x"), m("a", RegexNoMatch, "x"));
+    }
+
+    #[test]
+    fn regex_dot_matches_newline_as_in_prometheus() {
+        let dot = m("a", MatchOp::RegexMatch, "x.y");
+        assert!(dot.matches(Some("x\ny")));
+        assert!(!m("a", MatchOp::RegexNoMatch, ".*").matches(Some("a\nb")));
+    }
+
+    #[test]
+    fn a_regex_that_closes_its_anchoring_group_is_refused() {
+        // Wrapped as is, `x)|(y` would match any value starting with `x`.
+        for pattern in ["x)|(y", "x)", ")|(.*"] {
+            assert!(
+                matches!(
+                    Matcher::new("a", MatchOp::RegexMatch, pattern),
+                    Err(Error::InvalidQuery(_))
+                ),
+                "{pattern}"
+            );
+        }
     }
 
     #[test]

@@ -245,7 +245,11 @@ fn run(seed: u64, ops: usize) -> usize {
                         },
                     ));
                 }
-                for (l, s) in &rows {
+                // A series' rows of one call are taken in time order; at one timestamp
+                // the later row wins.
+                let mut in_time = rows.clone();
+                in_time.sort_by_key(|(_, s)| s.timestamp_ms);
+                for (l, s) in &in_time {
                     model.append(l, *s);
                 }
                 store.append_batch(rows).expect("append");

@@ -296,10 +296,11 @@ fn the_out_of_order_window_edge_is_inclusive() {
         exact(&[s(last - window, 2.0), s(last, 1.0)])
     );
     // Near i64::MIN the window saturates instead of wrapping.
-    let r = store
-        .append(&up("b"), &[s(i64::MIN + 5, 1.0), s(i64::MIN, 2.0)])
+    store
+        .append(&up("b"), &[s(i64::MIN + 5, 1.0)])
         .expect("append");
-    assert_eq!((r.appended, r.out_of_order), (1, 1), "{r:?}");
+    let r = store.append(&up("b"), &[s(i64::MIN, 2.0)]).expect("append");
+    assert_eq!((r.appended, r.out_of_order), (0, 1), "{r:?}");
 }
 
 #[test]
@@ -831,4 +832,166 @@ fn malformed_csv_and_series_are_parse_errors() {
             "{bad:?}"
         );
     }
+}
+
+/// `samples` with the value at each of `overwrites`' timestamps replaced.
+fn overwritten(samples: &[Sample], overwrites: &[Sample]) -> Vec<Sample> {
+    let mut out = samples.to_vec();
+    for o in overwrites {
+        let i = out
+            .binary_search_by_key(&o.timestamp_ms, |x| x.timestamp_ms)
+            .expect("overwrites a stored sample");
+        out[i] = *o;
+    }
+    out
+}
+
+#[test]
+fn retention_keeps_the_overwrites_of_samples_it_keeps() {
+    // An open chunk that reaches past the cutoff.
+    let (_dir, store) = open();
+    let samples: Vec<Sample> = (0..10).map(|i| s(i * 1_000, i as f64)).collect();
+    store.append(&up("a"), &samples).expect("append");
+    let r = store.append(&up("a"), &[s(2_000, 99.0)]).expect("late");
+    assert_eq!(r.out_of_order, 1, "{r:?}");
+    let r = store.drop_before(5_000).expect("retain");
+    assert_eq!(r.out_of_order_dropped, 0, "{r:?}");
+    assert_eq!(
+        exact(&read(&store, "up", 0, 9_000)),
+        exact(&overwritten(&samples, &[s(2_000, 99.0)]))
+    );
+    assert_sound(&store);
+
+    // Sealed chunks [0, 119_000] and [120_000, 239_000], the second straddling the cutoff.
+    let (_dir, store) = open();
+    let samples: Vec<Sample> = (0..360).map(|i| s(i * 1_000, i as f64)).collect();
+    store.append(&up("a"), &samples).expect("append");
+    let late = [s(50_000, -1.0), s(150_000, -2.0)];
+    let r = store.append(&up("a"), &late).expect("late");
+    assert_eq!(r.out_of_order, 2, "{r:?}");
+    let r = store.drop_before(200_000).expect("retain");
+    // The overwrite inside the dropped chunk goes with it.
+    assert_eq!((r.chunks_dropped, r.out_of_order_dropped), (1, 1), "{r:?}");
+    assert_eq!(
+        exact(&read(&store, "up", i64::MIN, i64::MAX)),
+        exact(&overwritten(&samples[120..], &late[1..]))
+    );
+    assert_sound(&store);
+}
+
+#[test]
+fn compacting_overlapping_chunks_is_a_corruption_error() {
+    let (_dir, store) = open();
+    // A sealed chunk [0, 119_000] and a full open chunk.
+    let samples: Vec<Sample> = (0..240).map(|i| s(i * 1_000, i as f64)).collect();
+    store.append(&up("a"), &samples).expect("append");
+    let sealed = peek(&store, "ts.chunks", &chunk_key(1, 0));
+    poke(&store, "ts.chunks", &chunk_key(1, 1), &sealed);
+    assert!(matches!(store.compact(), Err(Error::Corrupt(_))));
+}
+
+#[test]
+fn an_append_to_an_empty_open_chunk_stays_behind_the_sealed_chunks() {
+    let (_dir, store) = open();
+    let samples: Vec<Sample> = (0..240).map(|i| s(i * 1_000, i as f64)).collect();
+    store.append(&up("a"), &samples).expect("append");
+    // What retention racing an append could leave: an empty open chunk beside a sealed
+    // chunk [0, 119_000].
+    poke(
+        &store,
+        "ts.head",
+        &1u64.to_be_bytes(),
+        &hrafn_timeseries::chunk::open_empty(),
+    );
+    let r = store.append(&up("a"), &[s(50_000, -1.0)]).expect("append");
+    assert_eq!((r.appended, r.out_of_order), (0, 1), "{r:?}");
+    // Older than the window before the sealed chunk's end.
+    let r = store
+        .append(&up("a"), &[s(119_000 - 3_600_001, 5.0)])
+        .expect("append");
+    assert_eq!((r.appended, r.too_old), (0, 1), "{r:?}");
+    let want = overwritten(&samples[..120], &[s(50_000, -1.0)]);
+    assert_eq!(exact(&read(&store, "up", i64::MIN, i64::MAX)), exact(&want));
+    // After the sealed chunk's end a sample is in order again.
+    let r = store.append(&up("a"), &[s(119_500, 7.0)]).expect("append");
+    assert_eq!(r.appended, 1, "{r:?}");
+    assert_sound(&store);
+}
+
+#[test]
+fn a_series_counter_at_or_below_a_stored_id_is_reported_and_never_reuses_it() {
+    let (_dir, store) = open();
+    store.append(&up("a"), &[s(1_000, 1.0)]).expect("append");
+    store.append(&up("b"), &[s(1_000, 2.0)]).expect("append");
+    poke(&store, "ts.meta", b"next_series_id", &2u64.to_be_bytes());
+    assert!(!store.check().expect("check").is_ok());
+    assert!(matches!(
+        store.append(&up("c"), &[s(1_000, 3.0)]),
+        Err(Error::Corrupt(_))
+    ));
+    assert!(matches!(store.series_id(&up("c")), Err(Error::Corrupt(_))));
+    assert_eq!(
+        exact(&read(&store, "up{host=\"b\"}", i64::MIN, i64::MAX)),
+        exact(&[s(1_000, 2.0)])
+    );
+    // A counter that does not decode is reported too.
+    poke(&store, "ts.meta", b"next_series_id", b"\x01");
+    assert!(!store.check().expect("check").is_ok());
+}
+
+#[test]
+fn malformed_keys_and_entries_are_check_problems_not_errors() {
+    type Damage = fn(&Store);
+    let damages: [(&str, Damage); 8] = [
+        ("ooo plain value", |st| {
+            poke(st, "ts.ooo", &1u64.to_be_bytes(), b"x")
+        }),
+        ("ooo key", |st| poke(st, "ts.ooo", b"abc", b"x")),
+        ("labels key", |st| poke(st, "ts.labels", b"abc", b"x")),
+        ("series key", |st| poke(st, "ts.series", b"abc", b"")),
+        ("chunks key", |st| poke(st, "ts.chunks", b"abc", b"x")),
+        ("blocks key", |st| poke(st, "ts.blocks", b"abc", b"")),
+        ("posting key", |st| {
+            add_posting(st, b"abc", &1u64.to_be_bytes())
+        }),
+        ("posting value", |st| add_posting(st, b"host\0a", b"abc")),
+    ];
+    for (what, damage) in damages {
+        let (_dir, store) = open();
+        let samples: Vec<Sample> = (0..200).map(|i| s(i * 1_000, i as f64)).collect();
+        store.append(&up("a"), &samples).expect("append");
+        assert_sound(&store);
+        damage(&store);
+        let report = store.check().unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert!(!report.is_ok(), "{what}");
+    }
+}
+
+fn add_posting(store: &Store, key: &[u8], value: &[u8]) {
+    let mut wtx = store.environment().begin_write().expect("write");
+    wtx.open_multi_tree("ts.postings")
+        .expect("tree")
+        .add(key, value)
+        .expect("add");
+    wtx.commit().expect("commit");
+}
+
+#[test]
+fn samples_of_one_call_count_the_same_in_any_order() {
+    let rows = [s(7_200_000, 1.0), s(0, 2.0), s(3_600_000, 3.0)];
+    let mut results = Vec::new();
+    for order in [[0, 1, 2], [1, 0, 2], [2, 1, 0], [1, 2, 0]] {
+        let (_dir, store) = open();
+        let call: Vec<Sample> = order.iter().map(|&i| rows[i]).collect();
+        let r = store.append(&up("a"), &call).expect("append");
+        results.push((r, exact(&read(&store, "up", i64::MIN, i64::MAX))));
+    }
+    assert_eq!(results[0].0.appended, 3, "{:?}", results[0].0);
+    assert!(results.windows(2).all(|w| w[0] == w[1]), "{results:?}");
+    // At one timestamp, the sample later in the call wins.
+    let (_dir, store) = open();
+    store
+        .append(&up("a"), &[s(10, 1.0), s(5, 0.0), s(10, 2.0)])
+        .expect("append");
+    assert_eq!(exact(&read(&store, "up", 10, 10)), exact(&[s(10, 2.0)]));
 }
