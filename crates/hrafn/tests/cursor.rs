@@ -274,6 +274,161 @@ fn delete_range_and_retain_match_the_model() {
     env.check().expect("check");
 }
 
+/// Runs `f` on a thread of its own: an endless loop fails the test instead of hanging it.
+fn within_a_minute<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (done, result) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(f());
+    });
+    result
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("finished within a minute")
+}
+
+/// Commits what `build` writes, then changes the one page of the data file that `find`
+/// picks with `damage` and reseals it: the page reads as sound, only its content is wrong.
+fn damage_one_page(
+    dir: &std::path::Path,
+    build: impl FnOnce(&mut hrafn::WriteTxn<'_>),
+    find: impl Fn(&[u8]) -> bool,
+    damage: impl FnOnce(&mut [u8]),
+) {
+    use hrafn::limits::PAGE_SIZE_BYTES;
+    {
+        let env = Environment::open(dir, Options::default()).expect("open");
+        let mut wtx = env.begin_write().expect("write");
+        build(&mut wtx);
+        wtx.commit().expect("commit");
+        env.check().expect("check before the damage");
+    }
+    let path = dir.join(hrafn::DATA_FILE);
+    let mut data = std::fs::read(&path).expect("data file");
+    let found: Vec<usize> = (0..data.len() / PAGE_SIZE_BYTES)
+        .filter(|&p| find(&data[p * PAGE_SIZE_BYTES..(p + 1) * PAGE_SIZE_BYTES]))
+        .collect();
+    assert_eq!(found.len(), 1, "one page to damage");
+    let bytes = &mut data[found[0] * PAGE_SIZE_BYTES..(found[0] + 1) * PAGE_SIZE_BYTES];
+    damage(bytes);
+    hrafn::page::seal(bytes, found[0] as u64);
+    std::fs::write(&path, &data).expect("write back");
+}
+
+/// Whether `page` is a page of `kind` holding `count` entries.
+fn is_page(page: &[u8], kind: hrafn::page::PageKind, count: u16) -> bool {
+    use hrafn::page::{OFFSET_ENTRY_COUNT, OFFSET_KIND, get_u16};
+    page[OFFSET_KIND] == kind as u8 && get_u16(page, OFFSET_ENTRY_COUNT) == count
+}
+
+/// A leaf whose two keys were swapped: the search misses the first key the range yields,
+/// so `delete_range` reports the damage instead of trying that key forever, and `retain`
+/// counts only what it removed.
+#[test]
+fn delete_range_over_keys_out_of_order_is_corruption() {
+    use hrafn::limits::PAGE_HEADER_SIZE_BYTES as SLOTS;
+    use hrafn::page::{PageKind, get_u16, put_u16};
+    let dir = tempfile::tempdir().expect("tempdir");
+    damage_one_page(
+        dir.path(),
+        |wtx| {
+            let mut t = wtx.open_tree("t").expect("open");
+            t.insert(b"a", b"1").expect("insert");
+            t.insert(b"b", b"2").expect("insert");
+        },
+        |page| is_page(page, PageKind::Leaf, 2),
+        |page| {
+            let (first, second) = (get_u16(page, SLOTS), get_u16(page, SLOTS + 2));
+            put_u16(page, SLOTS, second);
+            put_u16(page, SLOTS + 2, first);
+        },
+    );
+    let path = dir.path().to_owned();
+    let (deleted, retained) = within_a_minute(move || {
+        let env = Environment::open(&path, Options::default()).expect("reopen");
+        let mut wtx = env.begin_write().expect("write");
+        let mut t = wtx.open_tree("t").expect("open");
+        let deleted = t.delete_range::<&[u8], _>(..);
+        let before = t.len();
+        let retained = t.retain(|_, _| false).expect("retain");
+        (deleted, (retained, before - t.len()))
+    });
+    assert!(
+        matches!(&deleted, Err(e @ Error::Corruption { .. }) if e.to_string().contains("remove")),
+        "{deleted:?}"
+    );
+    assert_eq!(retained.0, retained.1, "retain counts what it removed");
+}
+
+/// The same for a fixed-size tree in pages and one embedded in its parent's entry.
+#[test]
+fn fixed_delete_range_over_keys_out_of_order_is_corruption() {
+    use hrafn::limits::PAGE_HEADER_SIZE_BYTES as ENTRIES;
+    use hrafn::page::PageKind;
+    let entry = |k: u64| [&k.to_le_bytes()[..], &[k as u8; 8]].concat();
+    let both = [entry(1), entry(2)].concat();
+    let run = |path: std::path::PathBuf, embedded: bool| {
+        within_a_minute(move || {
+            let env = Environment::open(&path, Options::default()).expect("reopen");
+            let mut wtx = env.begin_write().expect("write");
+            let outcome = |f: &mut hrafn::FixedTreeMut<'_, '_>| {
+                let deleted = f.delete_range(..);
+                let before = f.len();
+                let retained = f.retain(|_, _| false).expect("retain");
+                (deleted, (retained, before - f.len()))
+            };
+            if embedded {
+                let mut t = wtx.open_tree("t").expect("open");
+                outcome(&mut t.open_fixed_tree(b"e", 8).expect("open"))
+            } else {
+                outcome(&mut wtx.open_fixed_tree("f", 8).expect("open"))
+            }
+        })
+    };
+    // In pages: a packed leaf whose two entries were swapped.
+    let dir = tempfile::tempdir().expect("tempdir");
+    damage_one_page(
+        dir.path(),
+        |wtx| {
+            let mut f = wtx.open_fixed_tree("f", 8).expect("open");
+            f.insert(1, &[1; 8]).expect("insert");
+            f.insert(2, &[2; 8]).expect("insert");
+        },
+        |page| is_page(page, PageKind::FixedLeaf, 2),
+        |page| {
+            assert_eq!(page[ENTRIES..ENTRIES + 32], both);
+            page[ENTRIES..ENTRIES + 32].rotate_left(16);
+        },
+    );
+    let (deleted, retained) = run(dir.path().to_owned(), false);
+    assert!(
+        matches!(&deleted, Err(e @ Error::Corruption { .. }) if e.to_string().contains("remove")),
+        "{deleted:?}"
+    );
+    assert_eq!(retained.0, retained.1, "retain counts what it removed");
+    // Embedded: the entries swapped inside the parent's leaf.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let at = |page: &[u8]| page.windows(both.len()).position(|w| w == both);
+    damage_one_page(
+        dir.path(),
+        |wtx| {
+            let mut t = wtx.open_tree("t").expect("open");
+            let mut f = t.open_fixed_tree(b"e", 8).expect("open");
+            f.insert(1, &[1; 8]).expect("insert");
+            f.insert(2, &[2; 8]).expect("insert");
+        },
+        |page| at(page).is_some(),
+        |page| {
+            let start = at(page).expect("the entries");
+            page[start..start + 32].rotate_left(16);
+        },
+    );
+    let (deleted, retained) = run(dir.path().to_owned(), true);
+    assert!(
+        matches!(&deleted, Err(e @ Error::Corruption { .. }) if e.to_string().contains("remove")),
+        "{deleted:?}"
+    );
+    assert_eq!(retained.0, retained.1, "retain counts what it removed");
+}
+
 #[test]
 fn tree_handles_bind_to_any_transaction() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -329,6 +329,101 @@ fn kinds_and_nesting_depth_are_checked() {
     );
 }
 
+/// A multi-value tree at the deepest nesting level holds a set grown into its own tree.
+/// That tree holds no nested trees, so it is no level of its own: the file checks, and
+/// removing the top key or deleting the named tree frees everything.
+#[test]
+fn a_set_tree_at_the_deepest_level_checks_and_frees() {
+    fn down(t: &mut TreeMut<'_, '_>, level: usize) {
+        if level < hrafn::btree::NESTING_DEPTH_MAX {
+            down(&mut t.open_tree(b"down").expect("nest"), level + 1);
+        } else {
+            let mut m = t.open_multi_tree(b"m").expect("multi at the deepest level");
+            // 200 values of 4 bytes: 1,200 bytes, past an embedded set.
+            for i in 0..200u32 {
+                m.add(b"k", i.to_be_bytes()).expect("add");
+            }
+        }
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = Environment::open(dir.path(), Options::default()).expect("open");
+    let mut wtx = env.begin_write().expect("write");
+    wtx.open_tree("other").expect("open");
+    down(&mut wtx.open_tree("p").expect("open"), 1);
+    wtx.commit().expect("commit");
+    let report = env.check().expect("check");
+    assert_eq!(report.nested_tree_count, 17, "16 levels and the set's tree");
+    // Removing the top key frees every level.
+    let mut wtx = env.begin_write().expect("write");
+    assert!(
+        wtx.open_tree("p")
+            .expect("open")
+            .remove(b"down")
+            .expect("remove")
+    );
+    wtx.commit().expect("commit");
+    assert_eq!(env.check().expect("check").nested_tree_count, 0);
+    // So does deleting the named tree.
+    let mut wtx = env.begin_write().expect("write");
+    down(&mut wtx.open_tree("p").expect("open"), 1);
+    wtx.commit().expect("commit");
+    env.check().expect("check");
+    let mut wtx = env.begin_write().expect("write");
+    assert!(wtx.delete_tree("p").expect("delete"));
+    wtx.commit().expect("commit");
+    let report = env.check().expect("check");
+    assert_eq!((report.tree_count, report.nested_tree_count), (1, 0));
+}
+
+/// A remove that fails after freeing part of a nested tree (here a damaged page in its
+/// second subtree) leaves a transaction that cannot commit: committing it would free
+/// pages the tree still uses.
+#[test]
+fn a_remove_that_fails_half_way_fails_the_transaction() {
+    use hrafn::limits::PAGE_SIZE_BYTES;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let marker = b"the second subtree's value";
+    {
+        let env = Environment::open(dir.path(), Options::default()).expect("open");
+        let mut wtx = env.begin_write().expect("write");
+        {
+            let mut p = wtx.open_tree("p").expect("open");
+            let mut a = p.open_tree(b"a").expect("nest");
+            a.open_tree(b"x")
+                .expect("nest")
+                .insert(b"k", b"v")
+                .expect("insert");
+            a.open_tree(b"y")
+                .expect("nest")
+                .insert(b"k", marker)
+                .expect("insert");
+        }
+        wtx.commit().expect("commit");
+        env.check().expect("check");
+    }
+    let path = dir.path().join(hrafn::DATA_FILE);
+    let mut data = std::fs::read(&path).expect("data file");
+    let at = data
+        .windows(marker.len())
+        .position(|w| w == marker)
+        .expect("the marker in the data file");
+    assert_eq!(
+        at / PAGE_SIZE_BYTES,
+        (at + marker.len() - 1) / PAGE_SIZE_BYTES
+    );
+    data[at] ^= 1; // no reseal: the page fails its checksum
+    std::fs::write(&path, &data).expect("write back");
+
+    let env = Environment::open(dir.path(), Options::default()).expect("reopen");
+    let mut wtx = env.begin_write().expect("write");
+    let removed = wtx.open_tree("p").expect("open").remove(b"a");
+    assert!(
+        matches!(removed, Err(Error::Corruption { .. })),
+        "{removed:?}"
+    );
+    assert!(wtx.commit().is_err(), "the half-freed tree cannot commit");
+}
+
 /// Power loss at every storage operation of a workload of per-series nested fixed-size
 /// trees (the time-series shape): every damage variant recovers to a committed state, and
 /// the check finds every nested tree sound and no page leaked.

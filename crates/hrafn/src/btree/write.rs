@@ -382,7 +382,7 @@ pub(crate) fn insert_located<S: PageStore>(
                 });
             }
             if !new_is_tree {
-                free_value_at(store, leaf, i)?;
+                free_value_at(store, leaf, i, false)?;
             }
             node::remove(store.page_mut(leaf)?, i);
             i
@@ -521,7 +521,7 @@ pub fn remove<S: PageStore>(store: &mut S, tree: &mut TreeHeader, key: &[u8]) ->
     let Ok(i) = node::search(store.page(leaf)?, key, true, leaf)? else {
         return Ok(false);
     };
-    free_value_at(store, leaf, i)?;
+    free_value_at(store, leaf, i, tree.kind == super::TreeKind::Multi)?;
     node::remove(store.page_mut(leaf)?, i);
     tree.entry_count = tree.entry_count.saturating_sub(1);
     rebalance(store, tree, &mut path, leaf)?;
@@ -533,12 +533,24 @@ pub fn remove<S: PageStore>(store: &mut S, tree: &mut TreeHeader, key: &[u8]) ->
 /// # Errors
 /// Damaged pages.
 pub fn drop_tree<S: PageStore>(store: &mut S, tree: &TreeHeader) -> Result<()> {
-    drop_nested(store, tree, 0)
+    drop_nested(store, tree, 0, false)
 }
 
-/// Frees a tree of any kind, `nesting` levels below a named tree.
-fn drop_nested<S: PageStore>(store: &mut S, tree: &TreeHeader, nesting: usize) -> Result<()> {
-    if nesting > super::NESTING_DEPTH_MAX {
+/// Frees a tree of any kind, `nesting` levels below a named tree. A multi-value set's own
+/// tree (`set`) holds no nested trees, so it is not a level of its own: a multi-value tree
+/// at the deepest level may have one.
+fn drop_nested<S: PageStore>(
+    store: &mut S,
+    tree: &TreeHeader,
+    nesting: usize,
+    set: bool,
+) -> Result<()> {
+    // Uncounted, so it must be a tree that cannot nest (else a damaged file could recurse
+    // without end).
+    if set && tree.kind != super::TreeKind::BTree {
+        return Err(corrupt(tree.root_page, "a set's tree is not a B+tree"));
+    }
+    if !set && nesting > super::NESTING_DEPTH_MAX {
         return Err(corrupt(tree.root_page, "trees nested deeper than allowed"));
     }
     match tree.kind {
@@ -579,11 +591,15 @@ fn drop_nested<S: PageStore>(store: &mut S, tree: &TreeHeader, nesting: usize) -
                     ValueRef::Inline(_) | ValueRef::Embedded(_) => {}
                 }
             }
+            if set && !nested.is_empty() {
+                return Err(corrupt(page_number, "a set's tree holds a nested tree"));
+            }
             for (first, count) in runs {
                 store.free(first, count);
             }
+            let sets = tree.kind == super::TreeKind::Multi;
             for header in nested {
-                drop_nested(store, &header, nesting + 1)?;
+                drop_nested(store, &header, nesting + 1, sets)?;
             }
         } else {
             for c in 0..=n {
@@ -595,8 +611,9 @@ fn drop_nested<S: PageStore>(store: &mut S, tree: &TreeHeader, nesting: usize) -
     Ok(())
 }
 
-/// Frees what entry `i` of `leaf` owns outside the node: an overflow run, a nested tree.
-fn free_value_at<S: PageStore>(store: &mut S, leaf: u64, i: usize) -> Result<()> {
+/// Frees what entry `i` of `leaf` owns outside the node: an overflow run, a nested tree
+/// (a set's tree when the leaf is a multi-value tree's: `set`).
+fn free_value_at<S: PageStore>(store: &mut S, leaf: u64, i: usize, set: bool) -> Result<()> {
     match node::leaf_entry(store.page(leaf)?, i, leaf)?.1 {
         ValueRef::Overflow {
             first_page,
@@ -604,7 +621,7 @@ fn free_value_at<S: PageStore>(store: &mut S, leaf: u64, i: usize) -> Result<()>
         } => store.free(first_page, overflow_page_count(len_bytes)),
         ValueRef::Tree(bytes) => {
             let header = TreeHeader::decode(bytes, leaf)?;
-            drop_nested(store, &header, 1)?;
+            drop_nested(store, &header, 1, set)?;
         }
         ValueRef::Inline(_) | ValueRef::Embedded(_) => {}
     }

@@ -41,8 +41,8 @@ const _: () = assert!(
 // which case the set starts as a nested tree; the length prefix holds any value.
 const _: () = assert!(MULTI_VALUE_SIZE_MAX_BYTES <= u16::MAX as usize);
 
-/// The values of an embedded set, validated: lengths inside the bytes, strictly
-/// ascending.
+/// The values of an embedded set, validated: within [`EMBEDDED_SET_MAX_BYTES`], lengths
+/// inside the bytes, strictly ascending.
 ///
 /// # Errors
 /// [`crate::Error::Corruption`] naming `page_number` otherwise.
@@ -82,6 +82,10 @@ fn for_each_in_set<'a>(
 ) -> Result<()> {
     if bytes.is_empty() {
         return Err(corrupt(page_number, "empty embedded set"));
+    }
+    // A larger set lives in its own tree, and edits rely on the limit.
+    if bytes.len() > EMBEDDED_SET_MAX_BYTES {
+        return Err(corrupt(page_number, "embedded set over its limit"));
     }
     let mut at = 0;
     let mut last: Option<&[u8]> = None;

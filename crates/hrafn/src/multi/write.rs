@@ -302,3 +302,36 @@ fn small_enough_to_embed<S: PageStore>(
     }
     Ok(Some(values))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::btree::mem_store::MemStore;
+
+    /// A stored embedded set over its limit (well formed otherwise) is damage: removing
+    /// from it, adding to it and reading it fail with corruption, and nothing panics.
+    #[test]
+    fn an_embedded_set_over_its_limit_is_corruption() {
+        let mut store = MemStore::default();
+        let mut tree = TreeHeader {
+            kind: TreeKind::Multi,
+            ..tree_write::create(&mut store).expect("create")
+        };
+        let values: Vec<[u8; 8]> = (0..110u64).map(u64::to_be_bytes).collect();
+        let bytes = encode_set(values.iter().map(|v| &v[..]));
+        assert_eq!(bytes.len(), 1_100);
+        tree_write::insert(&mut store, &mut tree, b"k", &bytes).expect("insert");
+        fn corrupt<T>(r: Result<T>) -> bool {
+            matches!(r, Err(crate::Error::Corruption { .. }))
+        }
+        assert!(corrupt(remove(&mut store, &mut tree, b"k", &values[5])));
+        assert!(corrupt(add(&mut store, &mut tree, b"k", b"new")));
+        assert!(corrupt(super::super::contains(
+            &store,
+            tree.root_page,
+            b"k",
+            b"x"
+        )));
+        assert!(corrupt(remove_key(&mut store, &mut tree, b"k")));
+    }
+}

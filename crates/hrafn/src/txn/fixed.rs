@@ -338,7 +338,14 @@ impl<'t, 'env> FixedTreeMut<'t, 'env> {
         let bounds = (range.start_bound().cloned(), range.end_bound().cloned());
         let mut removed = 0;
         while let Some(key) = self.range(bounds)?.next().transpose()?.map(|(k, _)| k) {
-            self.remove(key)?;
+            // The range just yielded it: a miss means damage, and the key would come back
+            // forever.
+            if !self.remove(key)? {
+                return Err(crate::page::corrupt(
+                    self.txn.tree_site(self.index),
+                    "a key in the tree cannot be found to remove (keys out of order?)",
+                ));
+            }
             removed += 1;
         }
         Ok(removed)
@@ -354,8 +361,7 @@ impl<'t, 'env> FixedTreeMut<'t, 'env> {
         let mut cursor = self.cursor();
         let mut entry = cursor.first()?.map(|(k, v)| keep(k, v));
         while let Some(kept) = entry {
-            if !kept {
-                cursor.delete()?;
+            if !kept && cursor.delete()? {
                 removed += 1;
             }
             entry = cursor.next()?.map(|(k, v)| keep(k, v));

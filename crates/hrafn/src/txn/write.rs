@@ -584,6 +584,16 @@ impl<'env> WriteTxn<'env> {
         self.set_tree_header(parent, parent_header)
     }
 
+    /// The page to name when open tree `index` proves damaged: its root, or for a
+    /// fixed-size tree embedded in its parent's entry, the parent's root.
+    pub(crate) fn tree_site(&self, index: usize) -> u64 {
+        let tree = &self.trees[index];
+        match (&tree.embedded, &tree.parent) {
+            (Some(_), Some((parent, _))) => self.trees[*parent].header.root_page,
+            _ => tree.header.root_page,
+        }
+    }
+
     /// Whether open tree `index` is nested under a key of another.
     pub(crate) fn is_nested(&self, index: usize) -> bool {
         self.trees[index].parent.is_some()
@@ -1085,7 +1095,10 @@ impl<'t, 'env> TreeMut<'t, 'env> {
         }
         self.txn.trees[self.index].insert_hint = tree_write::InsertHint::default();
         let mut header = self.header();
-        let removed = tree_write::remove(self.txn, &mut header, key)?;
+        // A failure may come after part of a nested tree was freed: the transaction must
+        // not commit those pages free while the entry still names them.
+        let removed = tree_write::remove(self.txn, &mut header, key);
+        let removed = self.txn.fail_on_error(removed)?;
         self.set_header(header)?;
         Ok(removed)
     }
@@ -1268,7 +1281,14 @@ impl<'t, 'env> TreeMut<'t, 'env> {
             let Some(key) = first else {
                 return Ok(removed);
             };
-            self.remove(&key)?;
+            // The range just yielded it: a miss means damage, and the key would come back
+            // forever.
+            if !self.remove(&key)? {
+                return Err(crate::page::corrupt(
+                    self.header().root_page,
+                    "a key in the tree cannot be found to remove (keys out of order?)",
+                ));
+            }
             removed += 1;
         }
     }
@@ -1283,8 +1303,7 @@ impl<'t, 'env> TreeMut<'t, 'env> {
         let mut cursor = self.cursor();
         let mut entry = cursor.first()?.map(|(k, v)| keep(k, v));
         while let Some(kept) = entry {
-            if !kept {
-                cursor.delete()?;
+            if !kept && cursor.delete()? {
                 removed += 1;
             }
             entry = cursor.next()?.map(|(k, v)| keep(k, v));
