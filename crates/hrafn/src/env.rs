@@ -632,16 +632,19 @@ impl Environment {
         }
         crate::scratch::spill::remove_leftovers(&*storage)
             .map_err(|e| Error::io("removing scratch files of an earlier process", e))?;
+        if replayed.record_count > 0 {
+            // Write-ahead rule: the records are durable before any page built from them.
+            recovery::sync_journals(&*storage, header.journal_number)?;
+            storage.note(StorageEvent::JournalDurable {
+                txn_id: replayed.last_txn_id,
+            });
+        }
         // Empty the tail, write the replayed pages, sync both at once (when either wrote
         // anything: a clean open syncs nothing), then a header that no longer needs the
         // pages.
         let tail_cut = empty_data_tail(&*data_file, replayed.next_page_number)?;
         let data_pages_needed = replayed.next_page_number;
         if replayed.record_count > 0 {
-            // Replayed records are durable on disk, whoever wrote them.
-            storage.note(StorageEvent::JournalDurable {
-                txn_id: replayed.last_txn_id,
-            });
             data_file
                 .allocate(data_pages_needed * PAGE_SIZE_BYTES as u64)
                 .map_err(|e| Error::io("growing the data file in recovery", e))?;

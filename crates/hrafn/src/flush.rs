@@ -198,7 +198,11 @@ fn run_flusher(inner: &EnvInner) {
         if wake.tick_due {
             tick = Instant::now() + interval;
         }
-        drop(std::mem::take(&mut *inner.retired.lock()));
+        // Taken, then dropped once the lock is released: freeing a retired table can free
+        // a pass's worth of copies and remove scratch files, and commits take this lock
+        // while they hold the journal and publish locks.
+        let retired = std::mem::take(&mut *inner.retired.lock());
+        drop(retired);
         // Idle = no commit over a whole interval: judged on the timer's ticks
         // only, whatever woke the thread in between.
         let idle = wake.tick_due && {

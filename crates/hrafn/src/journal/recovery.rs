@@ -254,6 +254,24 @@ impl RecoveredPages<'_> {
 
 type JournalFile = (Arc<dyn StorageFile>, u64);
 
+/// Syncs every journal file from number `from` on. Replay reads journals through the page
+/// cache, so it may see records that are not on disk (commits that skipped the sync, by a
+/// process killed since): they must be durable before any page built from them reaches the
+/// data file, or a power cut would keep the pages and lose the records that explain them.
+///
+/// # Errors
+/// I/O errors listing, opening or syncing a journal.
+pub fn sync_journals(storage: &dyn Storage, from: u64) -> Result<()> {
+    for number in list_journals(storage)?.into_iter().filter(|&n| n >= from) {
+        let name = journal_file_name(number);
+        storage
+            .open(&name, FileKind::JournalBuffered, false)
+            .and_then(|file| file.sync_data())
+            .map_err(|e| Error::io(format!("syncing {name} before writing replayed pages"), e))?;
+    }
+    Ok(())
+}
+
 fn list_journals(storage: &dyn Storage) -> Result<Vec<u64>> {
     let names = match storage.list("journal") {
         Ok(names) => names,
