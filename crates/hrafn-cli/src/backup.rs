@@ -106,7 +106,7 @@ fn open_backups(backups: &[PathBuf]) -> Result<Vec<(FileStorage, String)>, Failu
         .iter()
         .map(|path| {
             let shown = path.display().to_string();
-            FileStorage::existing(path)
+            FileStorage::read_only(path)
                 .map(|s| (s, shown.clone()))
                 .map_err(|e| fail(1, format!("backup {shown}: {e}")))
         })

@@ -352,7 +352,7 @@ impl Environment {
             if !dir.join(DATA_FILE).is_file() || dir.join(MANIFEST_FILE).exists() {
                 continue;
             }
-            let Ok(storage) = FileStorage::existing(dir) else {
+            let Ok(storage) = FileStorage::read_only(dir) else {
                 continue;
             };
             if let Ok(Some(header)) = crate::header::read_newest(&storage)
@@ -907,7 +907,7 @@ fn write_manifest(dest: &dyn Storage, manifest: &Manifest) -> Result<()> {
 /// [`Error::InvalidBackup`] saying what is wrong; I/O errors.
 pub fn verify(path: impl AsRef<Path>) -> Result<Manifest> {
     let shown = path.as_ref().display().to_string();
-    let storage = FileStorage::existing(path.as_ref())
+    let storage = FileStorage::read_only(path.as_ref())
         .map_err(|e| invalid(&shown, format!("cannot open the directory: {e}")))?;
     verify_storage(&storage, &shown)
 }
@@ -1071,7 +1071,7 @@ pub fn restore(backups: &[impl AsRef<Path>], target: impl AsRef<Path>) -> Result
     let mut opened = Vec::new();
     for path in backups {
         let shown = path.as_ref().display().to_string();
-        let storage = FileStorage::existing(path.as_ref())
+        let storage = FileStorage::read_only(path.as_ref())
             .map_err(|e| invalid(&shown, format!("cannot open the directory: {e}")))?;
         opened.push((storage, shown));
     }

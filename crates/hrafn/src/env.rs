@@ -765,7 +765,7 @@ impl Environment {
     /// errors. Writes on it fail with [`Error::ReadOnly`].
     pub fn open_read_only(path: impl AsRef<Path>, options: Options) -> Result<Environment> {
         refuse_file(path.as_ref())?;
-        let storage = FileStorage::existing(path.as_ref())
+        let storage = FileStorage::read_only(path.as_ref())
             .map_err(|e| Error::io(format!("opening {}", path.as_ref().display()), e))?;
         Environment::open_read_only_with_storage(Arc::new(storage), options)
     }

@@ -592,6 +592,9 @@ impl Storage for CappedStorage {
     fn lock(&self) -> io::Result<Box<dyn Any + Send + Sync>> {
         self.inner.lock()
     }
+    fn process_readers(&self) -> io::Result<Option<Arc<dyn hrafn::storage::ProcessReaders>>> {
+        self.inner.process_readers()
+    }
     fn note(&self, event: StorageEvent) {
         self.inner.note(event);
     }
@@ -695,4 +698,41 @@ fn full_sim_disk_reopens_after_freeing_space() {
         commit(&env, shape, last + 1)
             .unwrap_or_else(|e| panic!("case {case}: a commit after freeing space: {e}"));
     }
+}
+
+/// An operation that fails part-way for lack of space (here growing the data file for an
+/// overflow value, after the leaf's old entry was taken out) fails its transaction:
+/// committing it anyway is refused, and the key keeps its old value.
+#[test]
+fn an_operation_failing_for_space_part_way_fails_its_transaction() {
+    let sim = SimStorage::with_capacity(7, 8 << 20);
+    let options = Options::default().journal_file_size_bytes(1 << 20);
+    let env = Environment::open_with_storage(Arc::new(sim), options).expect("open");
+    let mut wtx = env.begin_write().expect("write");
+    wtx.open_tree("t")
+        .expect("t")
+        .insert(b"k", b"small")
+        .expect("insert");
+    wtx.commit().expect("commit");
+    let mut wtx = env.begin_write().expect("write");
+    let inserted = wtx
+        .open_tree("t")
+        .expect("t")
+        .insert(b"k", vec![1u8; 16 << 20]);
+    assert!(
+        matches!(inserted, Err(Error::NoSpace { .. })),
+        "{inserted:?}"
+    );
+    let committed = wtx.commit();
+    assert!(
+        matches!(committed, Err(Error::TransactionFailed { .. })),
+        "{committed:?}"
+    );
+    let rtx = env.begin_read().expect("read");
+    assert_eq!(
+        rtx.open_tree("t").expect("t").get(b"k").expect("get"),
+        Some(&b"small"[..])
+    );
+    drop(rtx);
+    env.check().expect("check");
 }

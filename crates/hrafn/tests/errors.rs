@@ -419,6 +419,11 @@ impl hrafn::storage::Storage for PanicOnFlush {
     fn lock(&self) -> std::io::Result<Box<dyn std::any::Any + Send + Sync>> {
         self.inner.lock()
     }
+    fn process_readers(
+        &self,
+    ) -> std::io::Result<Option<std::sync::Arc<dyn hrafn::storage::ProcessReaders>>> {
+        self.inner.process_readers()
+    }
     fn note(&self, event: hrafn::storage::StorageEvent) {
         let flusher = std::thread::current().name() == Some("hrafn-flusher");
         if flusher

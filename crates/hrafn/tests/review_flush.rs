@@ -302,6 +302,9 @@ impl Storage for FaultyStorage {
     fn lock(&self) -> io::Result<Box<dyn Any + Send + Sync>> {
         self.sim.lock()
     }
+    fn process_readers(&self) -> io::Result<Option<Arc<dyn hrafn::storage::ProcessReaders>>> {
+        self.sim.process_readers()
+    }
     fn note(&self, event: StorageEvent) {
         self.sim.note(event);
     }

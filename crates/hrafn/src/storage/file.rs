@@ -17,6 +17,8 @@ use std::sync::Arc;
 #[derive(Debug, Clone)]
 pub struct FileStorage {
     root: PathBuf,
+    /// Files are opened for reading only, and none is created ([`FileStorage::read_only`]).
+    read_only: bool,
 }
 
 impl FileStorage {
@@ -29,6 +31,7 @@ impl FileStorage {
         create_dirs_synced(root.as_ref())?;
         Ok(FileStorage {
             root: root.as_ref().to_path_buf(),
+            read_only: false,
         })
     }
 
@@ -45,6 +48,21 @@ impl FileStorage {
         }
         Ok(FileStorage {
             root: root.as_ref().to_path_buf(),
+            read_only: false,
+        })
+    }
+
+    /// Uses `root`, which must exist already, for reading only: files are opened without
+    /// write access, so a read-only open or a backup's verify works on read-only files and
+    /// file systems. On a read-only file system no writer can exist, so no reader-process
+    /// table is kept when its `LOCK` cannot be written there.
+    ///
+    /// # Errors
+    /// `NotFound` if there is no such directory.
+    pub fn read_only(root: impl AsRef<Path>) -> io::Result<FileStorage> {
+        Ok(FileStorage {
+            read_only: true,
+            ..FileStorage::existing(root)?
         })
     }
 
@@ -96,6 +114,17 @@ pub(crate) fn create_dirs_synced(dir: &Path) -> io::Result<()> {
 impl Storage for FileStorage {
     fn open(&self, name: &str, kind: FileKind, create: bool) -> io::Result<Arc<dyn StorageFile>> {
         let path = self.path(name);
+        if self.read_only {
+            if create {
+                return Err(io::Error::new(
+                    io::ErrorKind::PermissionDenied,
+                    format!("{name}: this storage was opened read-only"),
+                ));
+            }
+            return Ok(Arc::new(RealFile {
+                file: File::open(&path)?,
+            }));
+        }
         let mut options = OpenOptions::new();
         options.read(true).write(true).create(create);
         let file = match kind {
@@ -154,9 +183,11 @@ impl Storage for FileStorage {
     }
 
     fn process_readers(&self) -> io::Result<Option<Arc<dyn super::ProcessReaders>>> {
-        let table =
-            super::lock_file::LockFileReaders::open(&self.path(super::lock_file::LOCK_FILE))?;
-        Ok(Some(Arc::new(table)))
+        match super::lock_file::LockFileReaders::open(&self.path(super::lock_file::LOCK_FILE)) {
+            Ok(table) => Ok(Some(Arc::new(table))),
+            Err(e) if self.read_only && e.kind() == io::ErrorKind::ReadOnlyFilesystem => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     fn size_bytes(&self) -> io::Result<Option<u64>> {
@@ -214,12 +245,19 @@ impl StorageFile for RealFile {
             return Ok(());
         }
         // fallocate, never ftruncate: a sparse hole under a mapping turns ENOSPC into SIGBUS.
-        match rustix::fs::fallocate(
-            &self.file,
-            rustix::fs::FallocateFlags::empty(),
-            current,
-            len_bytes - current,
-        ) {
+        // Retried when a signal interrupts it (tmpfs gives up on any pending signal).
+        let allocated = loop {
+            match rustix::fs::fallocate(
+                &self.file,
+                rustix::fs::FallocateFlags::empty(),
+                current,
+                len_bytes - current,
+            ) {
+                Err(e) if e == rustix::io::Errno::INTR => continue,
+                other => break other,
+            }
+        };
+        match allocated {
             Ok(()) => Ok(()),
             Err(e) if e == rustix::io::Errno::OPNOTSUPP => {
                 // File systems without fallocate: write zeros so the blocks really exist.
@@ -246,7 +284,8 @@ impl StorageFile for RealFile {
         // SAFETY: the mapping is read-only and the engine never reads a byte beyond the
         // allocated length of the file (the caller passes at most `len()`, and the file never
         // shrinks while the environment is open). Other writers of the file would be a
-        // contract violation; the exclusive environment lock keeps other Hrafn openers out.
+        // contract violation; the writer's lock keeps other Hrafn writers out, and the reader
+        // table (`lock_file.rs`) keeps a writer from writing pages a reader process reads.
         // Concurrent `pwrite`s by the flusher only touch pages no live reader reads from the
         // data file (the flush rule in `flush.rs`), so readers never observe a torn page.
         // Scratch files (`scratch/spill.rs`) are allocated whole before they are mapped,
@@ -291,6 +330,28 @@ mod tests {
         assert_eq!(err.kind(), io::ErrorKind::WouldBlock);
         drop(guard);
         storage.lock().expect("lock after release");
+    }
+
+    /// Read-only storage opens files without write access (so read-only files and file
+    /// systems serve a read-only open) and creates none.
+    #[test]
+    fn read_only_storage_reads_but_neither_writes_nor_creates() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let writable = FileStorage::new(dir.path()).expect("storage");
+        let f = writable.open("data", FileKind::Data, true).expect("open");
+        super::super::write_all_at(&*f, b"hello", 0).expect("write");
+        let storage = FileStorage::read_only(dir.path()).expect("storage");
+        let f = storage.open("data", FileKind::Data, false).expect("open");
+        let mut bytes = [0u8; 5];
+        f.read_at(&mut bytes, 0).expect("read");
+        assert_eq!(&bytes, b"hello");
+        assert!(super::super::write_all_at(&*f, b"x", 0).is_err(), "written");
+        let created = storage.open("new", FileKind::Data, true);
+        assert_eq!(
+            created.err().map(|e| e.kind()),
+            Some(io::ErrorKind::PermissionDenied)
+        );
+        assert!(!dir.path().join("new").exists());
     }
 
     #[test]

@@ -99,11 +99,25 @@ fn read_u64(file: &File, offset: u64) -> io::Result<u64> {
 /// Takes the writer's lock; `WouldBlock` when another writer holds it.
 pub fn lock_writer(path: &Path) -> io::Result<File> {
     let file = open(path)?;
-    if !try_lock(&file, WRITER_RANGE)? {
-        return Err(io::Error::new(
+    let held = || {
+        io::Error::new(
             io::ErrorKind::WouldBlock,
             "another process has the environment open for writing",
-        ));
+        )
+    };
+    if !try_lock(&file, WRITER_RANGE)? {
+        return Err(held());
+    }
+    // Earlier builds locked the whole file with flock(2), which never conflicts with a
+    // byte-range lock: taking both keeps a writer of either kind out.
+    // SAFETY: flock on a descriptor this function owns; no memory is passed.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let error = io::Error::last_os_error();
+        return Err(if error.kind() == io::ErrorKind::WouldBlock {
+            held()
+        } else {
+            error
+        });
     }
     Ok(file)
 }
@@ -112,12 +126,19 @@ pub fn lock_writer(path: &Path) -> io::Result<File> {
 /// description (its slot locks belong to it).
 pub struct LockFileReaders {
     file: File,
+    /// The process that opened the table. A child made by `fork` shares the open file
+    /// description, and so its locks: were it to release a slot, it would release its
+    /// parent's.
+    owner_pid: u32,
 }
 
 impl LockFileReaders {
     /// Opens the table (creating the `LOCK` file if needed).
     pub fn open(path: &Path) -> io::Result<LockFileReaders> {
-        Ok(LockFileReaders { file: open(path)? })
+        Ok(LockFileReaders {
+            file: open(path)?,
+            owner_pid: std::process::id(),
+        })
     }
 
     fn generation(&self) -> io::Result<u64> {
@@ -154,6 +175,9 @@ impl ProcessReaders for LockFileReaders {
     }
 
     fn release(&self, slot: usize) {
+        if std::process::id() != self.owner_pid {
+            return; // a forked child: the slot is its parent's
+        }
         let (offset, _) = slot_range(slot);
         // Best effort: a slot whose lock is gone counts as free whatever it holds.
         let _ = self.file.write_all_at(&0u64.to_le_bytes(), offset);
@@ -184,14 +208,15 @@ impl ProcessReaders for LockFileReaders {
 
     fn begin_data_writes(&self) -> io::Result<()> {
         let generation = self.generation()?;
-        // Odd from now on; a crashed writer may have left it odd already.
-        self.set_generation(generation + 1 + generation % 2)
+        // Odd from now on; a crashed writer may have left it odd already. Wrapping: the
+        // bytes are the file's, whatever they hold.
+        self.set_generation(generation.wrapping_add(1 + generation % 2))
     }
 
     fn end_data_writes(&self) -> io::Result<()> {
         let generation = self.generation()?;
         debug_assert!(generation % 2 == 1, "ending a data-write phase that began");
-        self.set_generation(generation + 1)
+        self.set_generation(generation.wrapping_add(1))
     }
 
     fn wait_for_data_writes(&self) -> io::Result<()> {
@@ -245,5 +270,49 @@ mod tests {
         drop(writer);
         table.wait_for_data_writes().expect("wait");
         lock_writer(&path).expect("writer after the first is gone");
+    }
+
+    /// An earlier build's writer held an exclusive flock on the whole file: a writer of
+    /// this build is kept out by it too.
+    #[test]
+    fn a_writer_holding_the_earlier_flock_keeps_a_new_writer_out() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join(LOCK_FILE);
+        let earlier = open(&path).expect("open");
+        // SAFETY: flock on a descriptor the test owns.
+        let locked = unsafe { libc::flock(earlier.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        assert_eq!(locked, 0);
+        let err = lock_writer(&path).expect_err("a second writer");
+        assert_eq!(err.kind(), io::ErrorKind::WouldBlock);
+        drop(earlier);
+        lock_writer(&path).expect("the writer once the flock is gone");
+    }
+
+    /// A child made by `fork` shares its parent's open file description and so its slot
+    /// locks: its release (its copy of the environment dropped) leaves the slot held.
+    #[test]
+    fn a_release_from_another_process_leaves_the_slot_held() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join(LOCK_FILE);
+        let writer_view = LockFileReaders::open(&path).expect("open");
+        let mut reader = LockFileReaders::open(&path).expect("open");
+        let slot = reader.claim(7).expect("claim");
+        reader.owner_pid = std::process::id().wrapping_add(1); // as seen from a child
+        reader.release(slot);
+        assert_eq!(writer_view.oldest().expect("oldest"), Some(7));
+    }
+
+    /// The generation's bytes are the file's: any value moves on without overflow.
+    #[test]
+    fn a_generation_at_its_largest_moves_on() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join(LOCK_FILE);
+        let table = LockFileReaders::open(&path).expect("open");
+        for start in [u64::MAX, u64::MAX - 1] {
+            table.set_generation(start).expect("set");
+            table.begin_data_writes().expect("begin");
+            assert_eq!(table.generation().expect("read") % 2, 1);
+            table.end_data_writes().expect("end");
+        }
     }
 }

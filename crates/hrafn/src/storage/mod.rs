@@ -65,10 +65,10 @@ pub trait Storage: Send + Sync + 'static {
     /// Real storage ignores it.
     fn note(&self, _event: StorageEvent) {}
     /// The table of processes holding a read-only snapshot of this environment, where
-    /// other processes can share the directory (`None` for the simulated disk).
-    fn process_readers(&self) -> io::Result<Option<Arc<dyn ProcessReaders>>> {
-        Ok(None)
-    }
+    /// other processes can share the directory (`None` for the simulated disk). No default:
+    /// a storage that wraps another must pass its table on, or a writer through it would
+    /// write pages under other processes' snapshots.
+    fn process_readers(&self) -> io::Result<Option<Arc<dyn ProcessReaders>>>;
     /// Bytes the environment's files take: their lengths, summed over the directory and
     /// its subdirectories, where the storage can tell (`None` for the simulated disk).
     fn size_bytes(&self) -> io::Result<Option<u64>> {

@@ -1313,6 +1313,10 @@ impl Storage for SimStorage {
         }
     }
 
+    fn process_readers(&self) -> io::Result<Option<Arc<dyn super::ProcessReaders>>> {
+        Ok(None) // one process: its readers are counted in memory
+    }
+
     fn lock(&self) -> io::Result<Box<dyn Any + Send + Sync>> {
         let mut st = self.inner.state.lock();
         match st.begin(OpClass::Namespace, || "lock".to_owned())? {
