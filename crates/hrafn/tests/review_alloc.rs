@@ -463,3 +463,52 @@ fn a_pinned_scratch_spills_reports_scratch_full_and_drains() {
     }
     check(&env);
 }
+
+/// A free-space map damaged so that it calls the meta page free, with its checksum made to
+/// hold: the allocator refuses the page with a corruption error instead of handing out
+/// page 0 (whose new contents would replace the meta page at commit).
+#[test]
+fn a_map_that_calls_the_meta_page_free_is_corruption() {
+    use hrafn::limits::{PAGE_HEADER_SIZE_BYTES, PAGE_SIZE_BYTES};
+    use hrafn::page::{self, PageKind};
+    let dir = tempfile::tempdir().expect("tempdir");
+    {
+        let env = Environment::open(dir.path(), hrafn::Options::default()).expect("open");
+        for remove in [false, true] {
+            let mut wtx = env.begin_write().expect("write");
+            {
+                let mut t = wtx.open_tree("t").expect("t");
+                for k in 0..50u32 {
+                    if remove {
+                        t.remove(key(k)).expect("remove");
+                    } else {
+                        t.insert(key(k), value(k, 0, 20_000)).expect("insert");
+                    }
+                }
+            }
+            wtx.commit().expect("commit");
+        }
+        env.check().expect("check before the damage");
+    }
+    let path = dir.path().join(hrafn::DATA_FILE);
+    let mut data = std::fs::read(&path).expect("data file");
+    let bitmap = (0..data.len() / PAGE_SIZE_BYTES)
+        .find(|&p| data[p * PAGE_SIZE_BYTES + page::OFFSET_KIND] == PageKind::Bitmap as u8)
+        .expect("a bitmap page");
+    let bytes = &mut data[bitmap * PAGE_SIZE_BYTES..(bitmap + 1) * PAGE_SIZE_BYTES];
+    // Only page 0 free, so that it is the page the allocator finds.
+    bytes[PAGE_HEADER_SIZE_BYTES..].fill(0);
+    bytes[PAGE_HEADER_SIZE_BYTES] = 1;
+    page::seal(bytes, bitmap as u64);
+    std::fs::write(&path, &data).expect("write back");
+
+    let env = Environment::open(dir.path(), hrafn::Options::default()).expect("reopen");
+    let mut wtx = env.begin_write().expect("write");
+    let inserted = wtx
+        .open_tree("u")
+        .and_then(|mut t| t.insert(b"k", b"v").map(|_| ()));
+    assert!(
+        matches!(inserted, Err(Error::Corruption { .. })),
+        "{inserted:?}"
+    );
+}

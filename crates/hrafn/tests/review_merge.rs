@@ -503,3 +503,37 @@ fn begin_write_on_a_thread_that_holds_the_writer_fails_instead_of_hanging() {
     drop(first);
     assert!(!rx.recv_timeout(BOUND).expect("the other thread proceeds"));
 }
+
+/// A transaction that changes nothing, begun while the (merged) commit it builds on is
+/// still being written, commits only after that commit's record is: what it read is then
+/// committed.
+#[test]
+fn a_transaction_that_changes_nothing_waits_for_the_commit_it_read() {
+    let sim = SimStorage::new(1);
+    sim.journal_write_latency(Duration::from_millis(300));
+    let env =
+        Arc::new(Environment::open_with_storage(Arc::new(sim), Options::default()).expect("open"));
+    env.write(batch("t", "seed", b"0")).expect("seed");
+    let writer = {
+        let env = Arc::clone(&env);
+        std::thread::spawn(move || env.write(batch("t", "k", b"1")))
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    let mut wtx = env.begin_write().expect("write");
+    let seen = wtx
+        .open_tree("t")
+        .expect("t")
+        .get(b"k")
+        .expect("get")
+        .map(<[u8]>::to_vec);
+    wtx.commit().expect("commit");
+    // It builds on the pending commit (whose write takes 300 ms), so it sees its value...
+    assert_eq!(seen.as_deref(), Some(&b"1"[..]));
+    // ...and returns only once that value is committed.
+    assert_eq!(
+        get(&env, "t", b"k").as_deref(),
+        Some(&b"1"[..]),
+        "returned a value of a commit not yet written"
+    );
+    writer.join().expect("no panic").expect("write");
+}

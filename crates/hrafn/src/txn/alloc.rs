@@ -83,6 +83,17 @@ impl WriteTxn<'_> {
             let Some(bit) = find_run_near(bitmap, count as usize, from_bit, limit_bit) else {
                 continue; // enough free pages, but not in one run
             };
+            let first = covered_start + bit as u64;
+            // A bit that calls a page in use free (a damaged map whose checksum holds)
+            // would hand out the meta page, or a page this transaction already wrote.
+            if first == crate::meta::META_PAGE_NUMBER
+                || (first..first + count).any(|p| self.dirty.contains_key(&p))
+            {
+                return Err(corrupt(
+                    entry.bitmap_page,
+                    "the free-space map calls a page in use free",
+                ));
+            }
             set_range(
                 self.page_mut(entry.bitmap_page)?,
                 bit,
@@ -95,7 +106,7 @@ impl WriteTxn<'_> {
             };
             write_entry(self.page_mut(directory_page)?, entry_index, entry);
             self.free_pages -= count;
-            return Ok(Some(covered_start + bit as u64));
+            return Ok(Some(first));
         }
         Ok(None)
     }

@@ -41,13 +41,6 @@ impl VerifiedBits {
         self.words[(page_number / 64) as usize]
             .fetch_or(1 << (page_number % 64), Ordering::Relaxed);
     }
-
-    /// Forgets that a page was verified (after the flusher rewrote it).
-    pub fn clear(&self, page_number: u64) {
-        if let Some(w) = self.words.get((page_number / 64) as usize) {
-            w.fetch_and(!(1 << (page_number % 64)), Ordering::Relaxed);
-        }
-    }
 }
 
 /// The data file as a state sees it.

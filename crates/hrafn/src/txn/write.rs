@@ -737,7 +737,10 @@ impl<'env> WriteTxn<'env> {
             self.release_run(page_number, count)?;
         }
         if self.dirty.is_empty() && self.meta == self.meta_at_begin {
-            return Ok(None); // read-only: nothing to journal
+            // Nothing to journal; but what it read may come from a commit whose record is
+            // still being written, which must not be acknowledged before that commit.
+            wait_for_record(self.env, self.base.txn_id)?;
+            return Ok(None);
         }
         if self.meta != self.meta_at_begin {
             let meta = self.meta.clone();
@@ -884,6 +887,44 @@ impl<'env> WriteTxn<'env> {
     }
 }
 
+/// Waits until the journal holds the record of transaction `txn_id` (a pending commit's,
+/// that a later transaction built on), failing if the environment is poisoned meanwhile
+/// (that record was not written).
+fn wait_for_record(env: &EnvInner, txn_id: u64) -> Result<()> {
+    // Published states' records are written: publishing follows the append.
+    if env.state.load().txn_id >= txn_id {
+        return Ok(());
+    }
+    let mut journal = env.journal.lock();
+    loop {
+        env.check_poison()?;
+        match journal.as_ref() {
+            Some(j) if j.last_txn_id() < txn_id => {
+                env.journal_turn
+                    .wait_for(&mut journal, Duration::from_millis(10));
+            }
+            _ => return Ok(()),
+        }
+    }
+}
+
+impl WriteTxn<'_> {
+    /// A copy of the base's page `page_number`, for this transaction to change.
+    fn copy_for_writing(&self, page_number: u64) -> Result<PageBuf> {
+        let source = (&*self.base).page(page_number)?;
+        if span_pages(source, page_number)? != 1 {
+            return Err(crate::page::corrupt(
+                page_number,
+                "in-place edit of an overflow run",
+            ));
+        }
+        Ok(PageBuf::copy_of(
+            &source[..PAGE_SIZE_BYTES],
+            &self.env.usage,
+        ))
+    }
+}
+
 impl<'a> PageSource<'a> for &'a WriteTxn<'_> {
     #[inline]
     fn page(self, page_number: u64) -> Result<&'a [u8]> {
@@ -915,14 +956,11 @@ impl PageStore for WriteTxn<'_> {
         self.near_page = page_number;
         if !self.dirty.contains_key(&page_number) {
             self.reserve_scratch(PAGE_SIZE_BYTES as u64)?;
-            let source = (&*self.base).page(page_number)?;
-            if span_pages(source, page_number)? != 1 {
-                return Err(crate::page::corrupt(
-                    page_number,
-                    "in-place edit of an overflow run",
-                ));
-            }
-            let buf = PageBuf::copy_of(&source[..PAGE_SIZE_BYTES], &self.env.usage);
+            // Failures here and in `allocate` fail the transaction: the tree operation
+            // asking may already have changed other pages (a split's left half, a leaf
+            // whose entry it moves).
+            let copied = self.copy_for_writing(page_number);
+            let buf = self.fail_on_error(copied)?;
             return Ok(self.dirty.entry(page_number).or_insert(buf).bytes_mut());
         }
         Ok(self
@@ -937,7 +975,8 @@ impl PageStore for WriteTxn<'_> {
             what: "run length".into(),
         })?;
         self.reserve_scratch(page_count * PAGE_SIZE_BYTES as u64)?;
-        let first = self.allocate_run(page_count)?;
+        let first = self.allocate_run(page_count);
+        let first = self.fail_on_error(first)?;
         let mut buf = PageBuf::zeroed(pages, &self.env.usage);
         init(buf.bytes_mut(), first, kind);
         let replaced = self.dirty.insert(first, buf);
