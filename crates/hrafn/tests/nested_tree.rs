@@ -313,6 +313,17 @@ fn kinds_and_nesting_depth_are_checked() {
     ));
     drop(rtx);
     // Removing the top key frees all seventeen levels.
+    remove_top(&env);
+    let report = env.check().expect("check");
+    assert_eq!(report.nested_tree_count, 0);
+    assert_eq!(
+        report.embedded_tree_count, 1,
+        "the small fixed-size tree stays"
+    );
+}
+
+/// Removes the top of the nesting (key `down` of tree `p`) and commits.
+fn remove_top(env: &Environment) {
     let mut wtx = env.begin_write().expect("write");
     assert!(
         wtx.open_tree("p")
@@ -321,12 +332,6 @@ fn kinds_and_nesting_depth_are_checked() {
             .expect("remove")
     );
     wtx.commit().expect("commit");
-    let report = env.check().expect("check");
-    assert_eq!(report.nested_tree_count, 0);
-    assert_eq!(
-        report.embedded_tree_count, 1,
-        "the small fixed-size tree stays"
-    );
 }
 
 /// A multi-value tree at the deepest nesting level holds a set grown into its own tree.
@@ -354,14 +359,7 @@ fn a_set_tree_at_the_deepest_level_checks_and_frees() {
     let report = env.check().expect("check");
     assert_eq!(report.nested_tree_count, 17, "16 levels and the set's tree");
     // Removing the top key frees every level.
-    let mut wtx = env.begin_write().expect("write");
-    assert!(
-        wtx.open_tree("p")
-            .expect("open")
-            .remove(b"down")
-            .expect("remove")
-    );
-    wtx.commit().expect("commit");
+    remove_top(&env);
     assert_eq!(env.check().expect("check").nested_tree_count, 0);
     // So does deleting the named tree.
     let mut wtx = env.begin_write().expect("write");
