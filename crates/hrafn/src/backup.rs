@@ -279,8 +279,10 @@ impl Environment {
         kind: BackupKind,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Manifest> {
-        refuse_used(dest)?;
+        // Checked under the lock: a backup into the same directory that took it first has
+        // finished by then.
         let _one_at_a_time = self.inner.backup.lock();
+        refuse_used(dest)?;
         let backup_point = self.inner.flush_book.lock().header.backup;
         if kind == BackupKind::Incremental && !backup_point.enabled {
             return Err(Error::InvalidArgument(

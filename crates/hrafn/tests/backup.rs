@@ -948,3 +948,33 @@ fn a_backup_point_never_runs_ahead_of_the_source_journal() -> hrafn::Result<()> 
     assert_eq!(contents(&restored)?, want);
     Ok(())
 }
+
+/// Two backups into one new directory, the second started while the first waits for an
+/// open write transaction (before it has written anything): the second is refused as
+/// into a used directory once the first is done, and the first's backup stays whole.
+#[test]
+fn two_backups_into_one_directory_leave_one_whole_backup() -> hrafn::Result<()> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = Environment::open(dir.path().join("db"), Options::default())?;
+    commit_round(&env, 1, 20)?;
+    let target = dir.path().join("b");
+    let results: Vec<hrafn::Result<Manifest>> = std::thread::scope(|s| {
+        let wtx = env.begin_write().expect("write");
+        let first = s.spawn(|| env.backup_to(&target));
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let second = s.spawn(|| env.backup_to(&target));
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        drop(wtx);
+        vec![
+            first.join().expect("no panic"),
+            second.join().expect("no panic"),
+        ]
+    });
+    assert!(results[0].is_ok(), "{results:?}");
+    assert!(
+        matches!(results[1], Err(Error::InvalidArgument(_))),
+        "{results:?}"
+    );
+    backup::verify(&target)?;
+    Ok(())
+}
