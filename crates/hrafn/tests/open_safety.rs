@@ -162,3 +162,32 @@ fn a_failed_open_changes_no_file() {
         "only {failed} of {damaged} damaged opens failed"
     );
 }
+
+/// A header whose checksum holds but whose page count is below the meta page's (written
+/// wrong, not torn) is refused as corruption, every file as it was: the open would
+/// otherwise cut the data file there and empty live pages.
+#[test]
+fn a_header_counting_fewer_pages_than_the_meta_page_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    populate(dir.path(), 500);
+    const NEXT_PAGE_NUMBER: usize = 72;
+    const CHECKSUM: usize = 120;
+    for name in ["header.a", "header.b"] {
+        let path = dir.path().join(name);
+        let Ok(mut bytes) = std::fs::read(&path) else {
+            continue;
+        };
+        bytes[NEXT_PAGE_NUMBER..NEXT_PAGE_NUMBER + 8].copy_from_slice(&2u64.to_le_bytes());
+        let checksum = xxhash_rust::xxh3::xxh3_64(&bytes[..CHECKSUM]);
+        bytes[CHECKSUM..CHECKSUM + 8].copy_from_slice(&checksum.to_le_bytes());
+        std::fs::write(&path, &bytes).expect("write back");
+    }
+    let before = files(dir.path());
+    let opened = Environment::open(dir.path(), Options::default());
+    assert!(
+        matches!(opened, Err(Error::Corruption { .. })),
+        "{:?}",
+        opened.map(|_| ())
+    );
+    assert_eq!(files(dir.path()), before, "the failed open changed files");
+}

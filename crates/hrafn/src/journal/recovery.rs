@@ -144,6 +144,18 @@ pub fn validate(
             ),
         ));
     }
+    // With nothing replayed the header's mark is the synced state's, whose meta page the
+    // data file holds: one below the meta page's would have the tail cut of the open
+    // empty live pages (the header checksums, but its writer could be wrong).
+    if replayed.record_count == 0 && meta.next_page_number > replayed.next_page_number {
+        return Err(Error::corruption(
+            CorruptionSite::Environment,
+            format!(
+                "the header counts {} pages, the meta page {}",
+                replayed.next_page_number, meta.next_page_number
+            ),
+        ));
+    }
     // Recovery grows the data file to the replayed end before it writes pages.
     let mut page_count = data_len / PAGE_SIZE_BYTES as u64;
     if replayed.record_count > 0 {
