@@ -47,12 +47,14 @@ http_requests_total{job=\"api\",code=\"200\"} 20 2000
 http_requests_total{job=\"api\",code=\"500\"} 3 2000
 http_requests_total{job=\"web\",code=\"200\"} 7 2000
 up{job=\"api\"} 0 2000
-up{job=\"api\"} 0.5 1500
 temperature{room=\"a \\\"quoted\\\", odd\\\\room\"} NaN 1000
 temperature{room=\"a \\\"quoted\\\", odd\\\\room\"} -1.25e-7 2000
+up{job=\"api\"} 0.5 1500
 ";
 
-/// A store made from [`METRICS`].
+/// A store made from [`METRICS`], ingested in calls of 3 samples: the late `up` sample
+/// comes in a call after the one holding `up`'s sample at 2000, so it is out of order (in
+/// one call, a series' samples are taken in time order).
 fn fixture() -> (tempfile::TempDir, String) {
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("metrics.prom");
@@ -394,13 +396,20 @@ fn long_fixture() -> (tempfile::TempDir, String) {
     for i in 0..5 {
         text.push_str(&format!("old_metric {i} {}\n", i * 10));
     }
-    text.push_str("load{host=\"a\"} 0.5 150500\n");
     let file = dir.path().join("long.prom");
     std::fs::write(&file, text).expect("write");
     let db = dir.path().join("db");
     let summary = ok(&["ts", "ingest", path(&db), path(&file)]);
     assert!(
-        summary.starts_with("samples read 1006, appended 1005, out of order 1,"),
+        summary.starts_with("samples read 1005, appended 1005, out of order 0,"),
+        "{summary}"
+    );
+    // Late, in a call of its own (in one call, a series' samples are taken in time order).
+    let late = dir.path().join("late.prom");
+    std::fs::write(&late, "load{host=\"a\"} 0.5 150500\n").expect("write");
+    let summary = ok(&["ts", "ingest", path(&db), path(&late)]);
+    assert!(
+        summary.starts_with("samples read 1, appended 0, out of order 1,"),
         "{summary}"
     );
     let db = path(&db).to_string();
