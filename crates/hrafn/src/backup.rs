@@ -946,10 +946,19 @@ pub fn verify_storage(storage: &dyn Storage, shown: &str) -> Result<Manifest> {
     }
     for f in &manifest.files {
         let bad = |reason: String| invalid(shown, format!("{}: {reason}", f.name));
+        // A listed file that is missing makes the backup invalid; a device failing to
+        // read one says nothing about the backup, and is an I/O error.
+        let failed = |what: &str, e: std::io::Error| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                bad(format!("cannot {what}: {e}"))
+            } else {
+                Error::io(format!("{shown}: {what} {}", f.name), e)
+            }
+        };
         let file = storage
             .open(&f.name, FileKind::Data, false)
-            .map_err(|e| bad(format!("cannot open: {e}")))?;
-        let len = file.len().map_err(|e| bad(format!("cannot size: {e}")))?;
+            .map_err(|e| failed("open", e))?;
+        let len = file.len().map_err(|e| failed("size", e))?;
         let end = f
             .offset_bytes
             .checked_add(f.size_bytes)
@@ -957,8 +966,8 @@ pub fn verify_storage(storage: &dyn Storage, shown: &str) -> Result<Manifest> {
         if len < end {
             return Err(bad(format!("{len} bytes, the manifest lists {end}")));
         }
-        let checksum = checksum_range(&*file, f.offset_bytes, end)
-            .map_err(|e| bad(format!("cannot read: {e}")))?;
+        let checksum =
+            checksum_range(&*file, f.offset_bytes, end).map_err(|e| failed("read", e))?;
         if checksum != f.checksum {
             return Err(bad("checksum mismatch".into()));
         }
@@ -1213,5 +1222,47 @@ mod tests {
         write_all_at(&*file, last.as_bytes(), 0).expect("write");
         let verified = verify_storage(&storage, "b").expect("its files are as listed");
         assert_eq!(verified.last_txn_id, u64::MAX);
+    }
+
+    /// A device failing to read a listed file is an I/O error, not an invalid backup; a
+    /// listed file that is missing is an invalid backup.
+    #[test]
+    fn a_read_failure_is_an_io_error_and_a_missing_file_an_invalid_backup() {
+        use crate::storage::sim::Fault;
+        let bytes = vec![7u8; 8192];
+        let checksum = crate::checksum::xxh3_64(&bytes);
+        let text = manifest_text(
+            &format!("file {DATA_FILE} 0 0 "),
+            &format!("file {DATA_FILE} 0 8192 "),
+        );
+        let empty = format!("{:016x}", crate::checksum::xxh3_64(&[]));
+        let text = {
+            let body = &text[..text.rfind("checksum ").expect("checksum line")];
+            let body = body.replacen(&empty, &format!("{checksum:016x}"), 1);
+            let sum = crate::checksum::xxh3_64(body.as_bytes());
+            format!("{body}checksum {sum:016x}\n")
+        };
+        let storage = SimStorage::new(2);
+        storage.record_trace(true);
+        for (name, content) in [(DATA_FILE, &bytes[..]), (MANIFEST_FILE, text.as_bytes())] {
+            let file = storage.open(name, FileKind::Data, true).expect("create");
+            write_all_at(&*file, content, 0).expect("write");
+        }
+        let start = storage.ops_count();
+        verify_storage(&storage, "b").expect("a whole backup");
+        let read_at = storage.trace()[start as usize..]
+            .iter()
+            .position(|l| l.contains("read") && l.contains(DATA_FILE))
+            .expect("the data file is read") as u64;
+        let again = storage.ops_count();
+        storage.fail_at(again + read_at, Fault::Eio, false);
+        let failed = verify_storage(&storage, "b");
+        assert!(matches!(failed, Err(Error::Io { .. })), "{failed:?}");
+        storage.remove(DATA_FILE).expect("remove");
+        let missing = verify_storage(&storage, "b");
+        assert!(
+            matches!(missing, Err(Error::InvalidBackup { .. })),
+            "{missing:?}"
+        );
     }
 }
