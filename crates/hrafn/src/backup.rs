@@ -181,6 +181,8 @@ impl Environment {
         self.check_backup_target(path)?;
         let made = std::fs::symlink_metadata(path).is_err();
         let dest = FileStorage::new(path).map_err(io("creating the backup directory"))?;
+        // Before the guard is armed, so that a refusal never removes what was there
+        // (`backup_into` checks again, under the backup lock).
         refuse_used(&dest)?;
         let mut written = Written {
             dir: path,
@@ -388,15 +390,7 @@ impl Environment {
         let core = inner.writer.lock();
         inner.check_poison()?;
         let last_txn_id = core.last_txn_id;
-        {
-            let mut journal = inner.journal.lock();
-            while journal.as_ref().map(|j| j.last_txn_id()) != Some(last_txn_id) {
-                inner.check_poison()?;
-                inner
-                    .journal_turn
-                    .wait_for(&mut journal, Duration::from_millis(10));
-            }
-        }
+        crate::txn::write::wait_for_record(inner, last_txn_id)?;
         // The record is written; its state is published right after.
         while inner.state.load().txn_id != last_txn_id {
             inner.check_poison()?;
@@ -1171,9 +1165,9 @@ mod tests {
     use super::*;
     use crate::storage::sim::SimStorage;
 
-    /// The text of a full backup's manifest of an empty data file, with `from` replaced by `to` and
-    /// the checksum line made to fit.
-    fn manifest_text(from: &str, to: &str) -> String {
+    /// The text of a full backup's manifest of an empty data file, with each `(from, to)`
+    /// of `changes` made and the checksum line made to fit.
+    fn manifest_text(changes: &[(&str, &str)]) -> String {
         let manifest = Manifest {
             kind: BackupKind::Full,
             env_id: [7; 16],
@@ -1192,8 +1186,11 @@ mod tests {
             writer_held: Duration::ZERO,
         };
         let text = manifest.encode();
-        let body = text[..text.rfind("checksum ").expect("checksum line")].replacen(from, to, 1);
-        assert_ne!(body, text, "{from} is in the manifest");
+        let mut body = text[..text.rfind("checksum ").expect("checksum line")].to_owned();
+        for (from, to) in changes {
+            assert!(body.contains(from), "{from} is in the manifest");
+            body = body.replacen(from, to, 1);
+        }
         let checksum = crate::checksum::xxh3_64(body.as_bytes());
         format!("{body}checksum {checksum:016x}\n")
     }
@@ -1204,12 +1201,12 @@ mod tests {
     #[test]
     fn manifest_numbers_out_of_range_are_refused() {
         let wrapped = u64::from(FORMAT_VERSION) + (1 << 32);
-        let version = manifest_text(
+        let version = manifest_text(&[(
             &format!("format-version {FORMAT_VERSION}\n"),
             &format!("format-version {wrapped}\n"),
-        );
+        )]);
         assert!(Manifest::decode(version.as_bytes(), "m").is_err());
-        let last = manifest_text("last-txn-id 5\n", &format!("last-txn-id {}\n", u64::MAX));
+        let last = manifest_text(&[("last-txn-id 5\n", &format!("last-txn-id {}\n", u64::MAX))]);
         let decoded = Manifest::decode(last.as_bytes(), "m").expect("a valid manifest");
         assert_eq!(decoded.last_txn_id, u64::MAX);
         let storage = SimStorage::new(1);
@@ -1231,17 +1228,11 @@ mod tests {
         use crate::storage::sim::Fault;
         let bytes = vec![7u8; 8192];
         let checksum = crate::checksum::xxh3_64(&bytes);
-        let text = manifest_text(
-            &format!("file {DATA_FILE} 0 0 "),
-            &format!("file {DATA_FILE} 0 8192 "),
-        );
-        let empty = format!("{:016x}", crate::checksum::xxh3_64(&[]));
-        let text = {
-            let body = &text[..text.rfind("checksum ").expect("checksum line")];
-            let body = body.replacen(&empty, &format!("{checksum:016x}"), 1);
-            let sum = crate::checksum::xxh3_64(body.as_bytes());
-            format!("{body}checksum {sum:016x}\n")
-        };
+        let empty = crate::checksum::xxh3_64(&[]);
+        let text = manifest_text(&[(
+            &format!("file {DATA_FILE} 0 0 {empty:016x}"),
+            &format!("file {DATA_FILE} 0 8192 {checksum:016x}"),
+        )]);
         let storage = SimStorage::new(2);
         storage.record_trace(true);
         for (name, content) in [(DATA_FILE, &bytes[..]), (MANIFEST_FILE, text.as_bytes())] {

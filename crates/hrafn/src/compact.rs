@@ -14,6 +14,7 @@
 
 use crate::env::{Durability, Environment, Options};
 use crate::error::{Error, Result};
+use crate::storage::file::parent_of;
 use crate::storage::{FileStorage, Storage};
 use crate::txn::ReadTxn;
 use crate::walk::{self, Item, LOADER_TRANSACTION_BYTES, Loader, RecordOrder};
@@ -419,14 +420,6 @@ impl<'a> Unfinished<'a> {
         })?;
         self.armed = false;
         sync_dir(parent_of(self.target))
-    }
-}
-
-/// The directory holding `path` (`.` for a bare name).
-fn parent_of(path: &Path) -> &Path {
-    match path.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => parent,
-        _ => Path::new("."),
     }
 }
 

@@ -75,6 +75,14 @@ impl FileStorage {
     }
 }
 
+/// The directory holding `path` (`.` for a bare name).
+pub(crate) fn parent_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    }
+}
+
 /// Creates `dir` and any missing ancestors, syncing the directory that holds each one it
 /// creates: a new directory's entry is durable only once its parent is synced, and files
 /// synced inside a directory whose entry is lost are lost with it.
@@ -102,11 +110,7 @@ pub(crate) fn create_dirs_synced(dir: &Path) -> io::Result<()> {
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
             Err(e) => return Err(e),
         }
-        let parent = match created.parent() {
-            Some(parent) if !parent.as_os_str().is_empty() => parent,
-            _ => Path::new("."),
-        };
-        File::open(parent)?.sync_all()?;
+        File::open(parent_of(created))?.sync_all()?;
     }
     Ok(())
 }

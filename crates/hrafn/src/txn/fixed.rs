@@ -341,10 +341,7 @@ impl<'t, 'env> FixedTreeMut<'t, 'env> {
             // The range just yielded it: a miss means damage, and the key would come back
             // forever.
             if !self.remove(key)? {
-                return Err(crate::page::corrupt(
-                    self.txn.tree_site(self.index),
-                    "a key in the tree cannot be found to remove (keys out of order?)",
-                ));
+                return Err(super::write::unremovable(self.txn.tree_site(self.index)));
             }
             removed += 1;
         }

@@ -887,10 +887,19 @@ impl<'env> WriteTxn<'env> {
     }
 }
 
+/// The error of a `delete_range` whose range yielded a key that `remove` then did not
+/// find: damage (keys out of order), and the key would come back forever.
+pub(crate) fn unremovable(page_number: u64) -> Error {
+    crate::page::corrupt(
+        page_number,
+        "a key in the tree cannot be found to remove (keys out of order?)",
+    )
+}
+
 /// Waits until the journal holds the record of transaction `txn_id` (a pending commit's,
-/// that a later transaction built on), failing if the environment is poisoned meanwhile
-/// (that record was not written).
-fn wait_for_record(env: &EnvInner, txn_id: u64) -> Result<()> {
+/// that a later transaction built on or a backup copies), failing if the environment is
+/// poisoned meanwhile (that record was not written).
+pub(crate) fn wait_for_record(env: &EnvInner, txn_id: u64) -> Result<()> {
     // Published states' records are written: publishing follows the append.
     if env.state.load().txn_id >= txn_id {
         return Ok(());
@@ -1323,10 +1332,7 @@ impl<'t, 'env> TreeMut<'t, 'env> {
             // The range just yielded it: a miss means damage, and the key would come back
             // forever.
             if !self.remove(&key)? {
-                return Err(crate::page::corrupt(
-                    self.header().root_page,
-                    "a key in the tree cannot be found to remove (keys out of order?)",
-                ));
+                return Err(unremovable(self.header().root_page));
             }
             removed += 1;
         }
