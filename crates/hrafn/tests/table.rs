@@ -578,3 +578,41 @@ fn an_update_returns_the_id_its_record_ends_at() {
     wtx.commit().expect("commit");
     assert!(env.check().is_ok());
 }
+
+#[test]
+fn a_transaction_that_only_reads_a_table_writes_no_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = Environment::open(dir.path(), Options::default()).unwrap();
+    let fields = record(1, 2, 3);
+    let mut wtx = env.begin_write().unwrap();
+    wtx.open_table("t", &schema())
+        .unwrap()
+        .insert(&refs(&fields))
+        .unwrap();
+    wtx.commit().unwrap();
+    let committed = env.stats().txn_id;
+
+    // Opened as stored and read, through both kinds of handle: nothing to journal.
+    let mut wtx = env.begin_write().unwrap();
+    let table = wtx.open_table("t", &schema()).unwrap();
+    assert_eq!(table.len(), 1);
+    assert!(table.get_by_key(&fields[0]).unwrap().is_some());
+    let handle = wtx.table_handle("t", &schema()).unwrap();
+    assert_eq!(handle.table_mut(&mut wtx).unwrap().len(), 1);
+    wtx.commit().unwrap();
+    assert_eq!(
+        env.stats().txn_id,
+        committed,
+        "a read-only use committed a record"
+    );
+
+    // A change after the same open is still written back.
+    let mut wtx = env.begin_write().unwrap();
+    let mut table = wtx.open_table("t", &schema()).unwrap();
+    table.insert(&refs(&record(4, 5, 6))).unwrap();
+    wtx.commit().unwrap();
+    assert_eq!(env.stats().txn_id, committed + 1);
+    let rtx = env.begin_read().unwrap();
+    assert_eq!(rtx.open_table("t", &schema()).unwrap().len(), 2);
+    assert!(env.check().is_ok());
+}

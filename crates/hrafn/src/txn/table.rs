@@ -109,6 +109,9 @@ impl<'env> WriteTxn<'env> {
             }
             return Ok(i);
         }
+        // A table opened as stored has nothing to write back until a change: a
+        // transaction that only reads it commits without a journal record.
+        let mut changed = true;
         let view = match self.find_tree_header(name)? {
             Some(header) => {
                 header.expect_kind(name, TreeKind::Table)?;
@@ -118,7 +121,10 @@ impl<'env> WriteTxn<'env> {
                     header.root_page,
                 )?;
                 match stored.difference(schema) {
-                    None => self.load_table(header, schema)?,
+                    None => {
+                        changed = false;
+                        self.load_table(header, schema)?
+                    }
                     Some(reason) if !migrate || stored.field_count != schema.field_count => {
                         return Err(Error::SchemaMismatch {
                             table: name.to_owned(),
@@ -142,7 +148,7 @@ impl<'env> WriteTxn<'env> {
         self.tables.push(OpenTable {
             name: name.into(),
             view,
-            changed: true,
+            changed,
         });
         Ok(self.tables.len() - 1)
     }
