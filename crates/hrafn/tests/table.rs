@@ -581,25 +581,25 @@ fn an_update_returns_the_id_its_record_ends_at() {
 
 #[test]
 fn a_transaction_that_only_reads_a_table_writes_no_record() {
-    let dir = tempfile::tempdir().unwrap();
-    let env = Environment::open(dir.path(), Options::default()).unwrap();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let env = Environment::open(dir.path(), Options::default()).expect("open");
     let fields = record(1, 2, 3);
-    let mut wtx = env.begin_write().unwrap();
+    let mut wtx = env.begin_write().expect("step");
     wtx.open_table("t", &schema())
-        .unwrap()
+        .expect("step")
         .insert(&refs(&fields))
-        .unwrap();
-    wtx.commit().unwrap();
+        .expect("step");
+    wtx.commit().expect("step");
     let committed = env.stats().txn_id;
 
     // Opened as stored and read, through both kinds of handle: nothing to journal.
-    let mut wtx = env.begin_write().unwrap();
-    let table = wtx.open_table("t", &schema()).unwrap();
+    let mut wtx = env.begin_write().expect("step");
+    let table = wtx.open_table("t", &schema()).expect("step");
     assert_eq!(table.len(), 1);
-    assert!(table.get_by_key(&fields[0]).unwrap().is_some());
-    let handle = wtx.table_handle("t", &schema()).unwrap();
-    assert_eq!(handle.table_mut(&mut wtx).unwrap().len(), 1);
-    wtx.commit().unwrap();
+    assert!(table.get_by_key(&fields[0]).expect("step").is_some());
+    let handle = wtx.table_handle("t", &schema()).expect("step");
+    assert_eq!(handle.table_mut(&mut wtx).expect("step").len(), 1);
+    wtx.commit().expect("step");
     assert_eq!(
         env.stats().txn_id,
         committed,
@@ -607,12 +607,12 @@ fn a_transaction_that_only_reads_a_table_writes_no_record() {
     );
 
     // A change after the same open is still written back.
-    let mut wtx = env.begin_write().unwrap();
-    let mut table = wtx.open_table("t", &schema()).unwrap();
-    table.insert(&refs(&record(4, 5, 6))).unwrap();
-    wtx.commit().unwrap();
+    let mut wtx = env.begin_write().expect("step");
+    let mut table = wtx.open_table("t", &schema()).expect("step");
+    table.insert(&refs(&record(4, 5, 6))).expect("step");
+    wtx.commit().expect("step");
     assert_eq!(env.stats().txn_id, committed + 1);
-    let rtx = env.begin_read().unwrap();
-    assert_eq!(rtx.open_table("t", &schema()).unwrap().len(), 2);
+    let rtx = env.begin_read().expect("step");
+    assert_eq!(rtx.open_table("t", &schema()).expect("step").len(), 2);
     assert!(env.check().is_ok());
 }
