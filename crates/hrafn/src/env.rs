@@ -82,9 +82,11 @@ pub struct Options {
     /// bound recovery, and a low value makes heavy random writes sync, and so write back
     /// pages, far more often.
     pub sync_threshold_bytes: u64,
-    /// Most scratch (page copies, in memory and in scratch files) held; past it writes
-    /// wait, then fail with [`Error::ScratchFull`]. Only a reader that stays open while
-    /// much is written makes scratch grow, so this is a disk-space limit in effect.
+    /// Most scratch held: page copies in memory plus scratch files on disk, each file
+    /// counted whole (it lives while any copy in it does; files are an eighth of this, at
+    /// most 64 MiB). Past it writes wait, then fail with [`Error::ScratchFull`], and the
+    /// flusher makes no scratch file that would pass it. Only a reader that stays open
+    /// while much is written makes scratch grow, so this is a disk-space limit in effect.
     pub scratch_limit_bytes: u64,
     /// Scratch memory past which the flusher moves committed page copies that must stay
     /// in scratch into memory-mapped scratch files (so long-lived readers cost disk, not
@@ -354,10 +356,12 @@ pub struct Stats {
     /// Scratch bytes the current state does not reference: older page versions kept only
     /// for open readers (and the write transaction's own copies).
     pub scratch_pinned_bytes: u64,
-    /// Scratch bytes held in memory, and scratch files on disk (see
-    /// [`Options::scratch_memory_bytes`]).
+    /// Scratch bytes held in memory, and scratch files on disk: how many, and their whole
+    /// size (see [`Options::scratch_memory_bytes`]). Memory plus files is what
+    /// [`Options::scratch_limit_bytes`] bounds.
     pub scratch_memory_bytes: u64,
     pub scratch_files: u64,
+    pub scratch_file_bytes: u64,
     /// Journal records replayed when this environment was opened, and how long the open
     /// took, recovery included.
     pub recovered_records: u64,
@@ -1052,6 +1056,7 @@ impl Environment {
             scratch_pinned_bytes: scratch_used_bytes.saturating_sub(current_bytes),
             scratch_memory_bytes: inner.usage.memory_bytes(),
             scratch_files: inner.usage.file_count(),
+            scratch_file_bytes: inner.usage.file_bytes(),
             recovered_records: c.recovered_records.load(Ordering::Relaxed),
             open_ms: c.open_ms.load(Ordering::Relaxed),
             commit_p50_us: c.latencies.commit.quantile_us(0.5),

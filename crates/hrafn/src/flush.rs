@@ -435,6 +435,7 @@ fn spill_past_budget(inner: &EnvInner, book: &mut FlushBook) {
         &inner.usage,
         &state.ptt,
         memory - budget / 4 * 3,
+        inner.options.scratch_limit_bytes,
         &mut spilled,
     ) {
         tracing::warn!(%error, "could not move scratch pages into a scratch file");

@@ -113,7 +113,7 @@ enum Kind {
 /// metric, every name prefixed `hrafn_`.
 pub(crate) fn render(stats: &Stats, latencies: &Latencies) -> String {
     use Kind::{Counter, Gauge};
-    let metrics: [(&str, Kind, &str, u64); 30] = [
+    let metrics: [(&str, Kind, &str, u64); 31] = [
         (
             "txn_id",
             Gauge,
@@ -216,6 +216,12 @@ pub(crate) fn render(stats: &Stats, latencies: &Latencies) -> String {
             Gauge,
             "Scratch files on disk.",
             stats.scratch_files,
+        ),
+        (
+            "scratch_file_bytes",
+            Gauge,
+            "Scratch files' whole size on disk.",
+            stats.scratch_file_bytes,
         ),
         (
             "ptt_pages",

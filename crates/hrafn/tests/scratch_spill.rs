@@ -152,3 +152,95 @@ fn flusher_passes_cost_what_they_flush_not_what_scratch_holds() {
         "{examined} examined for {flushed} flushed"
     );
 }
+
+/// Bytes of the scratch files on disk now.
+fn scratch_file_bytes_on_disk(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir.join("scratch"))
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok())
+                .filter(|e| e.file_name().to_string_lossy().ends_with(".scratch"))
+                .filter_map(|e| e.metadata().ok())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// `scratch_limit_bytes` bounds the disk scratch takes, not only the copies in it: while
+/// a reader pins the data file, commits rewrite one key range at a time (their older
+/// copies die, leaving holes in the files that hold them) and add keys (more copies that
+/// must stay). Each file lives while any of its copies does. Writes then wait and fail
+/// with `ScratchFull` instead of scratch files passing the limit, and everything drains
+/// once the reader ends.
+#[test]
+fn scratch_files_stay_within_the_scratch_limit() {
+    const LIMIT_BYTES: u64 = 8 << 20;
+    const ADDED_PER_ROUND: u32 = 500;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let options = common::small_options()
+        .scratch_memory_bytes(1 << 20)
+        .scratch_limit_bytes(LIMIT_BYTES)
+        .scratch_wait_ms(50);
+    let env = Environment::open(dir.path(), options).expect("open");
+    write_round(&env, 0);
+    env.flush_and_sync().expect("flush");
+    let long_reader = env.begin_read().expect("read");
+
+    let block = KEYS / 10;
+    let mut full = 0;
+    let mut written: std::collections::BTreeMap<u32, u32> = (0..KEYS).map(|k| (k, 0)).collect();
+    for round in 1..=60u32 {
+        let first = (round * 7 % 10) * block;
+        let added = KEYS + round * ADDED_PER_ROUND;
+        let keys: Vec<u32> = (first..first + block)
+            .chain(added..added + ADDED_PER_ROUND)
+            .collect();
+        let result = (|| {
+            let mut wtx = env.begin_write()?;
+            {
+                let mut t = wtx.open_tree("t")?;
+                for &key in &keys {
+                    t.insert(key.to_be_bytes(), value(round, key))?;
+                }
+            }
+            wtx.commit()
+        })();
+        match result {
+            Ok(()) => written.extend(keys.iter().map(|&k| (k, round))),
+            Err(hrafn::Error::ScratchFull { .. }) => full += 1,
+            Err(e) => panic!("round {round}: {e}"),
+        }
+        env.flush_and_sync().expect("flush");
+        let stats = env.stats();
+        let on_disk = scratch_file_bytes_on_disk(dir.path());
+        assert!(
+            on_disk <= LIMIT_BYTES,
+            "round {round}: {on_disk} bytes of scratch files: {stats:?}"
+        );
+        assert_eq!(stats.scratch_file_bytes, on_disk, "{stats:?}");
+    }
+    assert!(full > 0, "the limit was never reached: {:?}", env.stats());
+    assert_round(&env, &long_reader, 0);
+
+    drop(long_reader);
+    env.flush_and_sync().expect("flush");
+    let stats = env.stats();
+    assert_eq!(
+        (stats.scratch_files, stats.scratch_file_bytes),
+        (0, 0),
+        "{stats:?}"
+    );
+    assert_eq!(scratch_file_bytes_on_disk(dir.path()), 0);
+    let rtx = env.begin_read().expect("read");
+    let t = rtx.open_tree("t").expect("tree");
+    assert_eq!(t.len(), written.len() as u64);
+    for (&key, &round) in written.iter().step_by(13) {
+        assert_eq!(
+            t.get(key.to_be_bytes()).expect("get"),
+            Some(&value(round, key)[..])
+        );
+    }
+    drop(rtx);
+    env.check().expect("check");
+}

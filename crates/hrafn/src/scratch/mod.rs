@@ -37,6 +37,8 @@ pub struct ScratchUsage {
     peak_bytes: AtomicU64,
     memory_bytes: AtomicU64,
     file_count: AtomicU64,
+    /// Whole sizes of the scratch files on disk: a file lives while any copy in it does.
+    file_bytes: AtomicU64,
     pool: parking_lot::Mutex<Vec<Box<[u8]>>>,
 }
 
@@ -70,6 +72,18 @@ impl ScratchUsage {
     /// Scratch files on disk now.
     pub fn file_count(&self) -> u64 {
         self.file_count.load(Ordering::Relaxed)
+    }
+
+    /// Bytes of the scratch files on disk now, each counted whole.
+    pub fn file_bytes(&self) -> u64 {
+        self.file_bytes.load(Ordering::Relaxed)
+    }
+
+    /// What scratch takes, as [`crate::Options::scratch_limit_bytes`] counts it: copies
+    /// in memory plus the scratch files' whole size. A file kept by a few live copies
+    /// takes its whole size on disk, so live copies alone would undercount it.
+    pub fn held_bytes(&self) -> u64 {
+        self.memory_bytes() + self.file_bytes()
     }
 
     fn add(&self, bytes: u64, in_memory: bool) {

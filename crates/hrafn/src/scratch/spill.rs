@@ -19,8 +19,16 @@ use std::sync::{Arc, Weak};
 /// Directory of the scratch files, inside the environment's directory.
 pub const SCRATCH_DIR: &str = "scratch";
 
-/// Size of one scratch file (a run larger than this gets a file of its own size).
+/// Largest size of one scratch file (a run larger than this gets a file of its own size).
 pub const SCRATCH_FILE_SIZE_BYTES: usize = 64 << 20;
+
+/// Size of a new scratch file under `scratch_limit_bytes`: an eighth of the limit, at most
+/// [`SCRATCH_FILE_SIZE_BYTES`], so that files kept alive by a few copies each cannot take
+/// the limit in a handful of files.
+pub fn scratch_file_size_bytes(scratch_limit_bytes: u64) -> usize {
+    let eighth = usize::try_from(scratch_limit_bytes / 8).unwrap_or(usize::MAX);
+    (eighth.min(SCRATCH_FILE_SIZE_BYTES) / PAGE_SIZE_BYTES * PAGE_SIZE_BYTES).max(PAGE_SIZE_BYTES)
+}
 
 /// Name of scratch file `number`.
 pub fn scratch_file_name(number: u64) -> String {
@@ -81,6 +89,9 @@ impl ScratchFile {
             }
         };
         usage.file_count.fetch_add(1, Ordering::Relaxed);
+        usage
+            .file_bytes
+            .fetch_add(size_bytes as u64, Ordering::Relaxed);
         Ok(ScratchFile {
             storage: Arc::clone(storage),
             name,
@@ -99,6 +110,9 @@ impl ScratchFile {
 impl Drop for ScratchFile {
     fn drop(&mut self) {
         self.usage.file_count.fetch_sub(1, Ordering::Relaxed);
+        self.usage
+            .file_bytes
+            .fetch_sub(self.bytes().len() as u64, Ordering::Relaxed);
         if let Err(error) = self.storage.remove(&self.name) {
             tracing::warn!(%error, name = %self.name, "could not remove a scratch file");
         }
@@ -122,13 +136,15 @@ pub struct Spilled {
 }
 
 impl Spiller {
-    /// Copies `bytes` (whole pages) into a scratch file.
+    /// Copies `bytes` (whole pages) into a scratch file; `None` when that takes a new file
+    /// and the file would take scratch past `limit_bytes`.
     fn copy(
         &mut self,
         storage: &Arc<dyn Storage>,
         usage: &Arc<ScratchUsage>,
         bytes: &[u8],
-    ) -> io::Result<PageBuf> {
+        limit_bytes: u64,
+    ) -> io::Result<Option<PageBuf>> {
         let len = bytes.len();
         let current = self
             .current
@@ -139,19 +155,23 @@ impl Spiller {
         let (file, at) = match current {
             Some(current) => current,
             None => {
+                let size = scratch_file_size_bytes(limit_bytes).max(len);
+                if usage.held_bytes() + size as u64 > limit_bytes {
+                    return Ok(None);
+                }
                 self.next_number += 1;
-                let size = SCRATCH_FILE_SIZE_BYTES.max(len);
                 let file = ScratchFile::create(storage, self.next_number, size, usage)?;
                 (Arc::new(file), 0)
             }
         };
         write_all_at(&*file.file, bytes, at as u64)?;
         self.current = Some((Arc::downgrade(&file), at + len));
-        Ok(PageBuf::in_file(file, at, len, usage))
+        Ok(Some(PageBuf::in_file(file, at, len, usage)))
     }
 
     /// Copies in-memory buffers of `ptt` into scratch files, oldest versions first, until
-    /// about `bytes_wanted` are copied. A buffer is found through its first page (a run of
+    /// about `bytes_wanted` are copied, or until a new file would take scratch past
+    /// `limit_bytes` (the rest stays in memory, and writers wait for room). A buffer is found through its first page (a run of
     /// an overflow value is one buffer); [`swap_in`] then moves only the pages that still
     /// map to it, so a run whose first page was reused stays in memory until it is
     /// flushed.
@@ -165,6 +185,7 @@ impl Spiller {
         usage: &Arc<ScratchUsage>,
         ptt: &Ptt,
         bytes_wanted: u64,
+        limit_bytes: u64,
         out: &mut Vec<Spilled>,
     ) -> io::Result<()> {
         let mut candidates: Vec<(u64, u64)> = ptt
@@ -180,7 +201,9 @@ impl Spiller {
             }
             let entry = ptt.get(page_number).expect("listed from this table");
             let old = Arc::clone(&entry.buf);
-            let new = self.copy(storage, usage, old.bytes())?;
+            let Some(new) = self.copy(storage, usage, old.bytes(), limit_bytes)? else {
+                break;
+            };
             copied += new.bytes().len() as u64;
             out.push(Spilled {
                 first_page: page_number,
@@ -231,6 +254,18 @@ mod tests {
     }
 
     #[test]
+    fn scratch_files_are_an_eighth_of_the_limit_in_whole_pages() {
+        assert_eq!(scratch_file_size_bytes(4 << 30), SCRATCH_FILE_SIZE_BYTES);
+        assert_eq!(scratch_file_size_bytes(8 << 20), 1 << 20);
+        assert_eq!(
+            scratch_file_size_bytes(10 * PAGE_SIZE_BYTES as u64 + 5),
+            PAGE_SIZE_BYTES
+        );
+        assert_eq!(scratch_file_size_bytes(0), PAGE_SIZE_BYTES);
+        assert_eq!(scratch_file_size_bytes(u64::MAX), SCRATCH_FILE_SIZE_BYTES);
+    }
+
+    #[test]
     fn spilled_copies_read_back_and_their_file_goes_with_the_last_one() {
         let storage: Arc<dyn Storage> = Arc::new(SimStorage::new(1));
         let usage = Arc::new(ScratchUsage::default());
@@ -269,6 +304,7 @@ mod tests {
                 &usage,
                 &ptt,
                 4 * PAGE_SIZE_BYTES as u64,
+                u64::MAX,
                 &mut spilled,
             )
             .expect("spill");

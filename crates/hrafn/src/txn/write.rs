@@ -864,7 +864,7 @@ impl<'env> WriteTxn<'env> {
         }
         let mut waited_ms = 0;
         loop {
-            let used = self.env.usage.used_bytes();
+            let used = self.env.usage.held_bytes();
             if used + bytes <= limit {
                 self.dirty_size_bytes = own_bytes;
                 return Ok(());
