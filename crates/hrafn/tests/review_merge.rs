@@ -537,3 +537,54 @@ fn a_transaction_that_changes_nothing_waits_for_the_commit_it_read() {
     );
     writer.join().expect("no panic").expect("write");
 }
+
+/// A failed request costs its merged transaction a retry, not one journal write per
+/// request: failing first, its error stands and the rest merge again; failing later, the
+/// requests before it merge again, it runs alone, and those after it merge again. Eight
+/// merged requests, the first and the fourth refused by their expectations, commit the
+/// other six in two journal writes (one by one they took six).
+#[test]
+fn failed_requests_leave_the_others_merged() {
+    let env = Arc::new(Environment::open(dir().path(), common::small_options()).expect("open"));
+    env.write(batch("m", "seed", b"v")).expect("seed");
+    let refused = |key: &'static str| -> Request {
+        Box::new(move |env| {
+            let mut b = batch("m", key, b"v");
+            b.expect("m", b"missing", Some(b"v"));
+            env.write(b)
+        })
+    };
+    let plain =
+        |key: &'static str| -> Request { Box::new(move |env| env.write(batch("m", key, b"v"))) };
+    let requests: Vec<Request> = vec![
+        refused("r0"),
+        plain("p1"),
+        plain("p2"),
+        refused("r3"),
+        plain("p4"),
+        plain("p5"),
+        plain("p6"),
+        plain("p7"),
+    ];
+    let writes_before = env.stats().journal_writes;
+    let results = merged(&env, requests);
+    let writes = env.stats().journal_writes - writes_before;
+    for (i, result) in results.iter().enumerate() {
+        if i == 0 || i == 3 {
+            assert!(
+                matches!(result, Err(Error::Conflict { .. })),
+                "{i}: {result:?}"
+            );
+        } else {
+            assert!(result.is_ok(), "{i}: {result:?}");
+        }
+    }
+    for key in ["p1", "p2", "p4", "p5", "p6", "p7"] {
+        assert!(get(&env, "m", key.as_bytes()).is_some(), "{key}");
+    }
+    assert!(get(&env, "m", b"r0").is_none() && get(&env, "m", b"r3").is_none());
+    assert!(
+        writes <= 2,
+        "{writes} journal writes for six committed requests"
+    );
+}

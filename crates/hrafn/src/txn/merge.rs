@@ -4,9 +4,12 @@
 //! result. No extra thread: leadership passes to the next caller when the queue empties.
 //!
 //! If a request fails (an error, a failed expectation, or a panic), the merged transaction
-//! is abandoned and its requests are run again one transaction each, so only the failing
-//! request gets an error. Requests are therefore re-runnable: batches are data, closures
-//! are `Fn`. A request that returns success but left the transaction unable to commit
+//! is abandoned and only the failing request gets an error: failing first in its
+//! transaction, it failed as it would alone, and that error stands; failing later, it runs
+//! again alone, after the requests before it have run again merged. The requests after it
+//! go back to the front of the queue and merge again, so one failure costs a journal write
+//! or two, not one per request. Requests are therefore re-runnable: batches are data,
+//! closures are `Fn`. A request that returns success but left the transaction unable to commit
 //! (it ignored an operation's error) fails too. A request may not write through its own
 //! environment (it would wait on itself): that write fails with [`Error::InvalidArgument`].
 //!
@@ -170,6 +173,9 @@ const CLOSURE_SIZE_BYTES: usize = 256;
 struct Request {
     work: Work,
     size_bytes: usize,
+    /// Set once the request failed after others in a merged transaction: it then runs in
+    /// a transaction of its own, for an error (or a success) that is its own.
+    alone: std::sync::atomic::AtomicBool,
     state: Mutex<RequestState>,
     done: Condvar,
 }
@@ -216,6 +222,10 @@ impl Request {
         self.done.notify_all();
     }
 
+    fn runs_alone(&self) -> bool {
+        self.alone.load(Ordering::Relaxed)
+    }
+
     fn hand_lead(&self) {
         self.state.lock().lead = true;
         self.done.notify_all();
@@ -248,6 +258,7 @@ impl Merger {
         let request = Arc::new(Request {
             work,
             size_bytes,
+            alone: std::sync::atomic::AtomicBool::new(false),
             state: Mutex::new(RequestState::default()),
             done: Condvar::new(),
         });
@@ -305,9 +316,9 @@ impl Merger {
             let mut bytes = 0;
             let mut wtx: Option<WriteTxn<'_>> = None;
             let mut failed = false;
-            // A request that failed when it ran first in the transaction, as it would
-            // alone: its error stands, and it is not run again.
-            let mut failed_first: Option<Error> = None;
+            // Where the merged transaction failed: the index of the request that failed
+            // (with its error), or none when the transaction could not begin.
+            let mut failure: Option<(usize, Error)> = None;
             let mut lingered = false;
             loop {
                 let changed_bytes = changed_bytes_of(&wtx);
@@ -315,7 +326,8 @@ impl Merger {
                     let mut queue = self.queue.lock();
                     loop {
                         let full = executed.len() >= env.options.merge_batch_max_requests
-                            || bytes.max(changed_bytes) >= env.options.merge_batch_max_bytes;
+                            || bytes.max(changed_bytes) >= env.options.merge_batch_max_bytes
+                            || executed.first().is_some_and(|r| r.runs_alone());
                         if !queue.pending.is_empty() && !full {
                             break;
                         }
@@ -342,12 +354,17 @@ impl Merger {
                         if count > 0
                             && (count >= env.options.merge_batch_max_requests
                                 || bytes.max(changed_bytes) + next.size_bytes
-                                    > env.options.merge_batch_max_bytes)
+                                    > env.options.merge_batch_max_bytes
+                                || next.runs_alone())
                         {
                             break;
                         }
                         bytes += next.size_bytes;
+                        let alone = next.runs_alone();
                         taken.push(queue.pending.pop_front().expect("front exists"));
+                        if alone {
+                            break;
+                        }
                     }
                     if !taken.is_empty() {
                         self.room.notify_all();
@@ -372,7 +389,6 @@ impl Merger {
                         break;
                     }
                     if !failed {
-                        let first = executed.is_empty();
                         let txn = match &mut wtx {
                             Some(t) => Ok(t),
                             None => WriteTxn::begin(env).map(|t| wtx.insert(t)),
@@ -381,9 +397,7 @@ impl Merger {
                             Ok(t) => match request.run(t) {
                                 Ok(()) => false,
                                 Err(error) => {
-                                    if first {
-                                        failed_first = Some(error);
-                                    }
+                                    failure = Some((executed.len(), error));
                                     true
                                 }
                             },
@@ -397,16 +411,27 @@ impl Merger {
                 }
             }
             if failed {
-                // Nothing of the merged transaction is kept: each request runs alone.
+                // Nothing of the merged transaction is kept.
                 drop(wtx);
-                let mut requests = executed.iter();
-                if let Some(error) = failed_first.take()
-                    && let Some(first) = requests.next()
-                {
-                    first.complete(Err(error));
-                }
-                for request in requests {
-                    run_single(env, request);
+                match failure {
+                    // First in its transaction, it failed as it would alone: its error
+                    // stands. The rest never ran; they merge again.
+                    Some((0, error)) => {
+                        executed[0].complete(Err(error));
+                        self.requeue(&executed[1..]);
+                    }
+                    // Those before it merge again; it runs alone after them, for its own
+                    // outcome; those after it merge again after that.
+                    Some((index, _)) => {
+                        executed[index].alone.store(true, Ordering::Relaxed);
+                        self.requeue(&executed);
+                    }
+                    // The transaction could not begin: each request tries alone.
+                    None => {
+                        for request in &executed {
+                            run_single(env, request);
+                        }
+                    }
                 }
                 continue;
             }
@@ -441,6 +466,16 @@ impl Merger {
             MutexGuard::unlocked(queue, std::thread::yield_now);
         }
         !queue.pending.is_empty()
+    }
+
+    /// Puts `requests` back at the front of the queue, in their order, to be taken next.
+    fn requeue(&self, requests: &[Arc<Request>]) {
+        let mut queue = self.queue.lock();
+        for request in requests.iter().rev() {
+            queue.pending.push_front(Arc::clone(request));
+        }
+        self.queue_peak
+            .fetch_max(queue.pending.len() as u64, Ordering::Relaxed);
     }
 
     /// Wakes a leader waiting for requests or for the journal.
