@@ -285,6 +285,10 @@ impl Default for Options {
     }
 }
 
+/// The cause a merged closure's run reports when the closure returned the caller's own
+/// error (`Environment::try_submit`), which travels beside the run.
+const CALLER_ERROR_CAUSE: &str = "the request returned an error";
+
 /// Counters and gauges of an environment (see [`Environment::stats`]).
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]
@@ -957,7 +961,7 @@ impl Environment {
                 Err(e) => {
                     *failure_slot.lock() = Some(e);
                     Err(Error::TransactionFailed {
-                        cause: "the request returned an error".into(),
+                        cause: CALLER_ERROR_CAUSE.into(),
                     })
                 }
             }
@@ -974,7 +978,14 @@ impl Environment {
                 .lock()
                 .take()
                 .expect("a committed request ran to its value")),
-            Err(error) => Err(failure.lock().take().unwrap_or_else(|| E::from(error))),
+            // The caller's error only if the last run returned it: a run that never
+            // began (the environment failed meanwhile) leaves an earlier run's error in
+            // the slot, and the engine's error is the one that stands.
+            Err(Error::TransactionFailed { cause }) if cause == CALLER_ERROR_CAUSE => Err(failure
+                .lock()
+                .take()
+                .expect("a run that returned the caller's error stored it")),
+            Err(error) => Err(E::from(error)),
         }
     }
 

@@ -588,3 +588,66 @@ fn failed_requests_leave_the_others_merged() {
         "{writes} journal writes for six committed requests"
     );
 }
+
+/// `try_submit` returns the caller's own error only when the closure's last run returned
+/// it. Here the closure fails in its merged transaction (and plants a journal fault); the
+/// request before it then commits again into that fault, which poisons the environment.
+/// If the closure's run alone begins only after that, it never runs again, and the caller
+/// gets the engine's error, not the error of the abandoned run. (It may begin while the
+/// failing journal write is still in flight, a pipelined commit: then it runs, and its own
+/// error stands.)
+#[test]
+fn try_submit_reports_the_engines_error_when_its_last_run_never_began() {
+    #[derive(Debug)]
+    enum AppError {
+        Refused,
+        Db(Error),
+    }
+    impl From<Error> for AppError {
+        fn from(e: Error) -> AppError {
+            AppError::Db(e)
+        }
+    }
+    let sim = SimStorage::new(5);
+    // No flusher pass and no spare journal between the planted fault and the commit meant
+    // to meet it.
+    let options = common::small_options()
+        .flush_interval_ms(60_000)
+        .journal_spare_files(0);
+    let env =
+        Arc::new(Environment::open_with_storage(Arc::new(sim.clone()), options).expect("open"));
+    env.write(batch("s", "setup", b"v")).expect("setup");
+    let runs = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let counted = Arc::clone(&runs);
+    let requests: Vec<Request<std::result::Result<(), AppError>>> = vec![
+        Box::new(|env| env.write(batch("s", "first", b"v")).map_err(AppError::Db)),
+        Box::new(move |env| {
+            let sim = sim.clone();
+            env.try_submit(move |_wtx| -> std::result::Result<(), AppError> {
+                if counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+                    sim.fail_at(sim.ops_count(), Fault::Eio, true);
+                }
+                Err(AppError::Refused)
+            })
+        }),
+    ];
+    let results = merged(&env, requests);
+    assert!(
+        matches!(results[0], Err(AppError::Db(Error::Io { .. }))),
+        "{:?}",
+        results[0]
+    );
+    match runs.load(std::sync::atomic::Ordering::SeqCst) {
+        1 => assert!(
+            matches!(results[1], Err(AppError::Db(Error::Poisoned { .. }))),
+            "one run, abandoned: {:?}",
+            results[1]
+        ),
+        2 => assert!(
+            matches!(results[1], Err(AppError::Refused)),
+            "{:?}",
+            results[1]
+        ),
+        n => panic!("{n} runs: {:?}", results[1]),
+    }
+}

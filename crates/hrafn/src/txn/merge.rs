@@ -322,12 +322,14 @@ impl Merger {
             let mut lingered = false;
             loop {
                 let changed_bytes = changed_bytes_of(&wtx);
+                // A request running alone takes its transaction for itself.
+                let alone = executed.first().is_some_and(|r| r.runs_alone());
                 let taken = {
                     let mut queue = self.queue.lock();
                     loop {
                         let full = executed.len() >= env.options.merge_batch_max_requests
                             || bytes.max(changed_bytes) >= env.options.merge_batch_max_bytes
-                            || executed.first().is_some_and(|r| r.runs_alone());
+                            || alone;
                         if !queue.pending.is_empty() && !full {
                             break;
                         }
@@ -352,7 +354,8 @@ impl Merger {
                     while let Some(next) = queue.pending.front() {
                         let count = executed.len() + taken.len();
                         if count > 0
-                            && (count >= env.options.merge_batch_max_requests
+                            && (alone
+                                || count >= env.options.merge_batch_max_requests
                                 || bytes.max(changed_bytes) + next.size_bytes
                                     > env.options.merge_batch_max_bytes
                                 || next.runs_alone())
