@@ -91,6 +91,39 @@ fn a_durable_commit_in_a_buffered_environment_syncs_what_came_before() {
     assert_eq!(keys, ["a", "b"]);
 }
 
+/// A durable transaction that changes nothing still returns only once what it read is
+/// durable: an expectation confirmed "durably" must survive a power cut.
+#[test]
+fn a_durable_transaction_that_changes_nothing_makes_what_it_read_durable() {
+    let keys = keys_after_power_cut(Durability::None, |env| {
+        commit(env, "a", Durability::None);
+        let mut wtx = env.begin_write().expect("begin");
+        wtx.set_durability(Durability::Immediate);
+        assert!(
+            wtx.open_tree("t")
+                .expect("t")
+                .get(b"a")
+                .expect("get")
+                .is_some()
+        );
+        wtx.commit().expect("commit");
+        let mut confirm = WriteBatch::new();
+        confirm.expect("t", b"a", Some(b"v"));
+        confirm.durability(Durability::Immediate);
+        env.write(confirm).expect("confirmed");
+    });
+    assert_eq!(keys, ["a"]);
+    // A batch alone, too.
+    let keys = keys_after_power_cut(Durability::None, |env| {
+        commit(env, "b", Durability::None);
+        let mut confirm = WriteBatch::new();
+        confirm.expect("t", b"b", Some(b"v"));
+        confirm.durability(Durability::Immediate);
+        env.write(confirm).expect("confirmed");
+    });
+    assert_eq!(keys, ["b"]);
+}
+
 #[test]
 fn a_batch_carries_its_own_durability() {
     let write = |env: &Environment, key: &str, durability: Option<Durability>| {

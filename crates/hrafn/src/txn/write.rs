@@ -738,8 +738,16 @@ impl<'env> WriteTxn<'env> {
         }
         if self.dirty.is_empty() && self.meta == self.meta_at_begin {
             // Nothing to journal; but what it read may come from a commit whose record is
-            // still being written, which must not be acknowledged before that commit.
+            // still being written, which must not be acknowledged before that commit, nor,
+            // when this transaction is durable, before that commit is.
             wait_for_record(self.env, self.base.txn_id)?;
+            if self.durability == crate::Durability::Immediate {
+                crate::flush::sync_buffered_journal(
+                    self.env,
+                    self.base.txn_id,
+                    "syncing the journal under a durable transaction that changed nothing",
+                )?;
+            }
             return Ok(None);
         }
         if self.meta != self.meta_at_begin {
