@@ -434,3 +434,61 @@ fn a_refused_insert_leaves_its_leaf_as_it_was() -> hrafn::Result<()> {
     assert_eq!(t.get(7u32.to_be_bytes())?, Some(&[2u8; 16][..]));
     Ok(())
 }
+
+/// A write transaction finds trees through its own root tree, which moves when it gains its
+/// first tree, splits or collapses before the meta page is written at commit: a listing
+/// after the first tree shows it, and a tree named after a split of the root in the same
+/// transaction is found with its entries, not made again empty (which lost them at commit).
+#[test]
+fn a_write_transaction_finds_trees_after_its_root_tree_moved() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = Environment::open(dir.path(), Options::default()).expect("open");
+    let mut wtx = env.begin_write().expect("begin");
+    wtx.open_tree("a").expect("a");
+    assert_eq!(wtx.list_trees().expect("list"), ["a"]);
+    wtx.open_tree("zz-old")
+        .expect("tree")
+        .insert(b"k", b"v")
+        .expect("insert");
+    wtx.commit().expect("commit");
+
+    let mut wtx = env.begin_write().expect("begin");
+    let names: Vec<String> = (0..600).map(|i| format!("new-{i:04}")).collect();
+    for name in &names {
+        wtx.open_tree(name).expect("new tree");
+    }
+    // Writes every new tree into the root tree, which splits: its root page moves.
+    assert_eq!(wtx.list_trees().expect("list").len(), 602);
+    assert_eq!(
+        wtx.open_tree("zz-old")
+            .expect("old tree")
+            .get(b"k")
+            .expect("get"),
+        Some(&b"v"[..]),
+        "the tree named after the split was made again"
+    );
+    for name in &names[..300] {
+        assert!(wtx.delete_tree(name).expect("delete"));
+    }
+    // The root tree shrank: the old tree is still found.
+    assert_eq!(wtx.list_trees().expect("list").len(), 302);
+    assert_eq!(
+        wtx.open_tree("zz-old")
+            .expect("old tree")
+            .get(b"k")
+            .expect("get"),
+        Some(&b"v"[..])
+    );
+    wtx.commit().expect("commit");
+    let rtx = env.begin_read().expect("read");
+    assert_eq!(
+        rtx.open_tree("zz-old")
+            .expect("tree")
+            .get(b"k")
+            .expect("get"),
+        Some(&b"v"[..])
+    );
+    assert_eq!(rtx.list_trees().expect("list").len(), 302);
+    drop(rtx);
+    env.check().expect("check");
+}

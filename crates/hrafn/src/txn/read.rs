@@ -190,7 +190,16 @@ pub(crate) fn root_tree<'a, S: PageSource<'a>>(src: S) -> Result<TreeHeader> {
 
 /// Finds a named tree's header.
 pub(crate) fn lookup_tree<'a, S: PageSource<'a>>(src: S, name: &str) -> Result<Option<TreeHeader>> {
-    let root = root_tree(src)?;
+    lookup_tree_in(src, root_tree(src)?, name)
+}
+
+/// Finds a named tree's header in the root tree `root`: a write transaction's own, whose
+/// root may have moved (grown, split, collapsed) since the meta page was last written.
+pub(crate) fn lookup_tree_in<'a, S: PageSource<'a>>(
+    src: S,
+    root: TreeHeader,
+    name: &str,
+) -> Result<Option<TreeHeader>> {
     if root.root_page == 0 {
         return Ok(None);
     }
@@ -209,7 +218,14 @@ pub(crate) fn require_tree<'a, S: PageSource<'a>>(src: S, name: &str) -> Result<
 
 /// Names of all trees.
 pub(crate) fn list_trees<'a, S: PageSource<'a>>(src: S) -> Result<Vec<String>> {
-    let root = root_tree(src)?;
+    list_trees_in(src, root_tree(src)?)
+}
+
+/// Names of all trees in the root tree `root` (see [`lookup_tree_in`]).
+pub(crate) fn list_trees_in<'a, S: PageSource<'a>>(
+    src: S,
+    root: TreeHeader,
+) -> Result<Vec<String>> {
     if root.root_page == 0 {
         return Ok(Vec::new());
     }

@@ -396,7 +396,7 @@ impl<'env> WriteTxn<'env> {
         if let Some(t) = self.tables.iter().find(|t| names_it(&t.view.schema)) {
             return Ok(Some(t.name.to_string()));
         }
-        for name in super::read::list_trees(&*self)? {
+        for name in super::read::list_trees_in(&*self, self.root_tree())? {
             let Some(header) = self.find_tree_header(&name)? else {
                 continue;
             };

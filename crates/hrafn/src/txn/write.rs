@@ -2,7 +2,7 @@
 
 use super::commit::{Prepared, with_pages};
 use super::handle::TreeHandle;
-use super::read::{bounds, list_trees, lookup_tree, prefix_end};
+use super::read::{bounds, list_trees_in, lookup_tree_in, prefix_end};
 use super::state::State;
 use crate::btree::node::ValueRef;
 use crate::btree::write::NewEntry;
@@ -397,7 +397,12 @@ impl<'env> WriteTxn<'env> {
     /// Corruption.
     pub fn list_trees(&mut self) -> Result<Vec<String>> {
         self.write_back_trees()?;
-        list_trees(&*self)
+        list_trees_in(&*self, self.root_tree())
+    }
+
+    /// The root tree as this transaction has it: its meta page is written only at commit.
+    pub(crate) fn root_tree(&self) -> TreeHeader {
+        TreeHeader::btree(self.meta.root_page, self.meta.tree_count)
     }
 
     /// The open tree `name`, of whatever kind, opened from the root tree if needed.
@@ -415,7 +420,7 @@ impl<'env> WriteTxn<'env> {
         {
             return Ok(Some(i));
         }
-        let Some(header) = lookup_tree(&*self, name)? else {
+        let Some(header) = lookup_tree_in(&*self, self.root_tree(), name)? else {
             return Ok(None);
         };
         self.trees.push(OpenTree {
