@@ -456,3 +456,48 @@ fn write_handles_have_first_last_and_iter() -> hrafn::Result<()> {
     }
     wtx.commit()
 }
+
+/// A remove that fails part way (here on a damaged leaf met while the tree shrinks) fails
+/// its transaction, as a B+tree's does: pages it freed must not commit free while the tree
+/// still names them.
+#[test]
+fn a_remove_that_fails_part_way_fails_the_transaction() {
+    use hrafn::limits::PAGE_SIZE_BYTES;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let marker = *b"first leaf value";
+    const KEYS: u64 = 1_000;
+    {
+        let env = Environment::open(dir.path(), Options::default()).expect("open");
+        let mut wtx = env.begin_write().expect("write");
+        let mut t = wtx.open_fixed_tree("f", 16).expect("open");
+        t.insert(0, &marker).expect("insert");
+        for key in 1..KEYS {
+            t.insert(key, &key.to_le_bytes().repeat(2)).expect("insert");
+        }
+        wtx.commit().expect("commit");
+    }
+    let path = dir.path().join(hrafn::DATA_FILE);
+    let mut data = std::fs::read(&path).expect("data file");
+    let at = data
+        .windows(marker.len())
+        .position(|w| w == marker)
+        .expect("the marker in the data file");
+    assert_eq!(
+        at / PAGE_SIZE_BYTES,
+        (at + marker.len() - 1) / PAGE_SIZE_BYTES
+    );
+    data[at] ^= 1; // no reseal: the first leaf fails its checksum
+    std::fs::write(&path, &data).expect("write back");
+
+    let env = Environment::open(dir.path(), Options::default()).expect("reopen");
+    let mut wtx = env.begin_write().expect("write");
+    let mut t = wtx.open_fixed_tree("f", 16).expect("open");
+    // From the end: leaves empty and are freed until the tree, shrinking to its first
+    // leaf, reads it.
+    let failed = (1..KEYS).rev().find_map(|key| t.remove(key).err());
+    assert!(
+        matches!(failed, Some(Error::Corruption { .. })),
+        "{failed:?}"
+    );
+    assert!(wtx.commit().is_err(), "a half-done remove cannot commit");
+}

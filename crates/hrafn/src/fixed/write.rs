@@ -395,7 +395,9 @@ pub fn remove<S: PageStore>(store: &mut S, tree: &mut TreeHeader, key: u64) -> R
         page.copy_within(at + entry_size..entry_at(n, value_size), at);
         set_count(page, n - 1);
     }
-    tree.entry_count -= 1;
+    // Saturating, as the B+tree's: a damaged header's count must not panic; the check
+    // reports the mismatch.
+    tree.entry_count = tree.entry_count.saturating_sub(1);
     // An emptied node leaves its parent (which may empty in turn); the root stays.
     let mut emptied = (n == 1).then_some(leaf);
     while let Some(node) = emptied.take() {

@@ -213,8 +213,8 @@ impl<'t, 'env> FixedTreeMut<'t, 'env> {
     fn embed_again_if_small(&mut self) -> Result<()> {
         let header = self.header();
         let value_size = self.value_size();
-        let fits = header.entry_count as usize * (8 + value_size)
-            <= embedded::EMBED_AGAIN_AT_OR_BELOW_BYTES;
+        let fits = header.entry_count.saturating_mul(8 + value_size as u64)
+            <= embedded::EMBED_AGAIN_AT_OR_BELOW_BYTES as u64;
         if !self.txn.is_nested(self.index) || !fits {
             return Ok(());
         }
@@ -248,7 +248,10 @@ impl<'t, 'env> FixedTreeMut<'t, 'env> {
         }
         self.txn.trees[self.index].fixed_append_hint = None;
         let mut header = self.header();
-        let removed = fixed::write::remove(self.txn, &mut header, key)?;
+        // A failure may come after pages were freed (an emptied leaf, the old root): the
+        // transaction must not commit them free while the tree still names them.
+        let removed = fixed::write::remove(self.txn, &mut header, key);
+        let removed = self.txn.fail_on_error(removed)?;
         self.set_header(header)?;
         if removed {
             let embedded = self.embed_again_if_small();
