@@ -616,3 +616,33 @@ fn a_transaction_that_only_reads_a_table_writes_no_record() {
     assert_eq!(rtx.open_table("t", &schema()).expect("step").len(), 2);
     assert!(env.check().is_ok());
 }
+
+/// A global index stays undeletable while a table of this transaction names it, also after
+/// a migration of that table was refused (the refusal set the open table aside).
+#[test]
+fn a_refused_migration_keeps_the_global_index_protected() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let env = Environment::open(dir.path(), Options::default()).expect("open");
+    let mut wtx = env.begin_write().expect("begin");
+    let with_g = Schema::new(2).primary_key(0).global_index("g", &[1]);
+    wtx.open_table("t", &with_g)
+        .expect("table")
+        .insert(&[b"k", b"v"])
+        .expect("insert");
+    // An index may not take a table's name: refused before anything changes.
+    let clash = Schema::new(2).primary_key(0).global_index("t", &[1]);
+    assert!(matches!(
+        wtx.migrate_table("t", &clash),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(
+        matches!(wtx.delete_tree("g"), Err(Error::InvalidArgument(_))),
+        "the index of table t was deleted"
+    );
+    wtx.commit().expect("commit");
+    let rtx = env.begin_read().expect("read");
+    let t = rtx.open_table("t", &with_g).expect("open");
+    assert_eq!(t.len(), 1);
+    drop(rtx);
+    env.check().expect("check");
+}

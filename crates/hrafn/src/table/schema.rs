@@ -127,6 +127,10 @@ impl Schema {
         if self.primary_key.is_some_and(|f| f >= self.field_count) {
             return bad("the primary key is not a field".into());
         }
+        // Counts are stored in 16 bits (`docs/format.md`, "Tables").
+        if self.indexes.len() > usize::from(u16::MAX) {
+            return bad(format!("{} indexes", self.indexes.len()));
+        }
         for (i, index) in self.indexes.iter().enumerate() {
             if index.name.is_empty() || index.name.len() > INDEX_NAME_MAX_BYTES {
                 return bad(format!("index name {:?}", index.name));
@@ -138,6 +142,13 @@ impl Schema {
                 return bad(format!(
                     "index {:?} covers no or unknown fields",
                     index.name
+                ));
+            }
+            if index.fields.len() > usize::from(u16::MAX) {
+                return bad(format!(
+                    "index {:?} covers {} fields",
+                    index.name,
+                    index.fields.len()
                 ));
             }
             if index.kind == IndexKind::Fixed && index.fields.len() != 1 {
@@ -284,6 +295,17 @@ mod tests {
         }
         assert!(Schema::new(2).primary_key(2).validate().is_err());
         assert!(Schema::new(2).index("x", &[]).validate().is_err());
+        // Counts past 16 bits would be stored wrapped, and the table never open again.
+        let wide = Schema::new(1).index("x", &vec![0u16; 65_536]);
+        assert!(matches!(wide.validate(), Err(Error::InvalidArgument(_))));
+        let widest = Schema::new(1).index("x", &vec![0u16; 65_535]);
+        widest.validate().expect("valid");
+        assert_eq!(
+            Schema::decode(&widest.encode(), 1).expect("decodes"),
+            widest
+        );
+        let many = (0..65_536).fold(Schema::new(1), |s, i| s.index(&format!("i{i}"), &[0]));
+        assert!(matches!(many.validate(), Err(Error::InvalidArgument(_))));
         assert!(
             Schema::new(2)
                 .index("x", &[0])

@@ -396,6 +396,9 @@ impl<'env> WriteTxn<'env> {
         if let Some(t) = self.tables.iter().find(|t| names_it(&t.view.schema)) {
             return Ok(Some(t.name.to_string()));
         }
+        // Tables made or set aside in this transaction (a refused migration) are found in
+        // the root tree once the open trees are written back.
+        self.write_back_trees()?;
         for name in super::read::list_trees_in(&*self, self.root_tree())? {
             let Some(header) = self.find_tree_header(&name)? else {
                 continue;

@@ -656,7 +656,7 @@ impl<'env> WriteTxn<'env> {
     }
 
     /// Stores changed tree headers into the root tree.
-    fn write_back_trees(&mut self) -> Result<()> {
+    pub(crate) fn write_back_trees(&mut self) -> Result<()> {
         let mut trees = std::mem::take(&mut self.trees);
         let result = (|| {
             for tree in trees.iter_mut().filter(|t| t.changed && t.parent.is_none()) {
