@@ -57,15 +57,19 @@ pub fn check(rtx: &hrafn::ReadTxn<'_>) -> Result<GraphCheckReport> {
     for item in view.nodes.scan()? {
         let (record, rec) = item?;
         // A record that does not decode is a problem to list, not the end of the check.
-        let decoded = u64_field(rec.field(0)).and_then(|id| Ok((id, node_from(id, &rec)?)));
-        let (id, node) = match decoded {
-            Ok(decoded) => decoded,
+        let id = match u64_field(rec.field(0)) {
+            Ok(id) => id,
             Err(e) => {
                 r.problems.push(format!("node record {record}: {e}"));
                 continue;
             }
         };
-        contents.push(node);
+        // The node exists once its id reads, whatever else is damaged: its edges do not
+        // dangle, and the counter must stand above it.
+        match node_from(id, &rec) {
+            Ok(node) => contents.push(node),
+            Err(e) => r.problems.push(format!("node {id} (record {record}): {e}")),
+        }
         if view.node_location(id)? != Some(record) {
             r.problems.push(format!(
                 "node {id}: its id does not translate to record {record}"
@@ -136,6 +140,11 @@ pub fn check(rtx: &hrafn::ReadTxn<'_>) -> Result<GraphCheckReport> {
                 continue;
             }
         };
+        // Properties that do not decode would fail every read of the edge.
+        if let Err(e) = crate::value::decode(rec.field(4).unwrap_or_default()) {
+            r.problems
+                .push(format!("edge {id} (record {record}): properties: {e}"));
+        }
         for end in [src, dst] {
             if !nodes.contains(&end) {
                 r.problems

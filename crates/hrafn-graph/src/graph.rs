@@ -961,8 +961,10 @@ impl<'t> GraphRead<'t> {
     pub fn find_nodes(&self, label: &str, property: &str, value: &Value) -> Result<Vec<u64>> {
         if self.has_property_index(label, property)? {
             let prefix = prop_key_prefix(label, property, value);
-            // A long value is keyed by a prefix and a hash: confirm against the node.
-            let confirm = value.index_bytes().len() > INDEXED_VALUE_MAX_BYTES;
+            // A long value is keyed by a prefix and a hash: confirm against the node. A value
+            // of exactly the key's length is confirmed too, since a long value's prefix and
+            // hash can spell it.
+            let confirm = value.index_bytes().len() >= INDEXED_VALUE_MAX_BYTES;
             let mut ids = Vec::new();
             for item in self.props.prefix(&prefix)? {
                 let (k, _) = item?;

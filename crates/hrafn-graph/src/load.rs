@@ -135,7 +135,8 @@ pub struct LoadReport {
 /// when the cell is one exactly as `i64` prints it, a float when it has digits and a point
 /// or an exponent and is finite, `true` or `false`, or else the text itself. So nothing is
 /// changed on the way in: `007` and `+7` (codes, phone numbers) stay text, as does an
-/// integer too large for `i64`, which a float would round, and `NaN` or `inf`.
+/// integer too large for `i64`, which a float would round, `NaN` or `inf`, and a number
+/// too small for a normal `f64` (`1e-400` would read as zero).
 pub fn cell_value(cell: &str) -> Option<Value> {
     if cell.is_empty() {
         return None;
@@ -149,7 +150,7 @@ pub fn cell_value(cell: &str) -> Option<Value> {
     } else if let Some(f) = float_like
         .then(|| cell.parse::<f64>().ok())
         .flatten()
-        .filter(|f| f.is_finite())
+        .filter(|f| f.is_normal() || (*f == 0.0 && !mantissa_has_nonzero_digit(cell)))
     {
         Value::Float(f)
     } else if cell == "true" || cell == "false" {
@@ -157,6 +158,13 @@ pub fn cell_value(cell: &str) -> Option<Value> {
     } else {
         Value::Text(cell.to_string())
     })
+}
+
+/// Whether the digits before a number's exponent include one that is not zero.
+fn mantissa_has_nonzero_digit(cell: &str) -> bool {
+    cell.bytes()
+        .take_while(|b| !matches!(b, b'e' | b'E'))
+        .any(|b| matches!(b, b'1'..=b'9'))
 }
 
 fn parse_error(line: u64, message: impl Into<String>) -> Error {
@@ -472,6 +480,9 @@ mod tests {
         );
         assert_eq!(cell_value("2.5"), Some(Value::Float(2.5)));
         assert_eq!(cell_value("-1e3"), Some(Value::Float(-1000.0)));
+        assert_eq!(cell_value("0.0"), Some(Value::Float(0.0)));
+        assert_eq!(cell_value("0e-999"), Some(Value::Float(0.0)));
+        assert_eq!(cell_value("2.5e-300"), Some(Value::Float(2.5e-300)));
         assert_eq!(cell_value("true"), Some(Value::Bool(true)));
         // A number would change them: leading zeros, a plus sign, -0, more digits than an
         // i64 holds, an exponent past f64; and words the float parser takes.
@@ -481,6 +492,8 @@ mod tests {
             "-0",
             "12345678901234567890",
             "1e400",
+            "1e-400",
+            "-2.5e-320",
             "NaN",
             "inf",
             "Infinity",

@@ -1157,3 +1157,92 @@ fn add_nodes_matches_add_node() {
     assert_eq!(graph.read(|r| Ok(r.node_count())).expect("count"), 6);
     assert!(graph.check().expect("check").is_ok());
 }
+
+/// Rewrites the only record of table `table` (schema `schema`) with field `field` set to
+/// bytes that do not decode as properties.
+fn damage_properties(
+    graph: &hrafn_graph::Graph,
+    table: &str,
+    schema: &hrafn::table::Schema,
+    field: usize,
+) {
+    let mut wtx = graph.environment().begin_write().expect("write");
+    {
+        let mut t = wtx.open_table(table, schema).expect("table");
+        let (id, fields) = {
+            let (id, rec) = t
+                .scan()
+                .expect("scan")
+                .next()
+                .expect("a record")
+                .expect("read");
+            (
+                id,
+                rec.fields().iter().map(|f| f.to_vec()).collect::<Vec<_>>(),
+            )
+        };
+        let mut fields = fields;
+        fields[field] = b"\xff".to_vec();
+        let refs: Vec<&[u8]> = fields.iter().map(Vec::as_slice).collect();
+        t.update(id, &refs).expect("update");
+    }
+    wtx.commit().expect("commit");
+}
+
+/// The check reads every record whole: an edge whose properties do not decode is a
+/// problem (every read of it fails), and a node whose properties do not decode still
+/// exists, so its edges are not reported as dangling.
+#[test]
+fn the_check_reads_properties_and_keeps_damaged_nodes() {
+    use hrafn::table::Schema;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let graph = hrafn_graph::Graph::open(dir.path(), hrafn::Options::default()).expect("open");
+    let weight = hrafn_graph::Properties::from([("w".into(), hrafn_graph::Value::from(2.5))]);
+    graph
+        .write(|g| {
+            let a = g.add_node("A", &hrafn_graph::Properties::new())?;
+            g.add_edge(a, a, "SELF", &weight)?;
+            Ok(())
+        })
+        .expect("write");
+    assert!(graph.check().expect("check").is_ok());
+    damage_properties(
+        &graph,
+        "g.edges",
+        &Schema::new(5).fixed_index("by-id", 0),
+        4,
+    );
+    let report = graph.check().expect("check");
+    assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
+    assert!(
+        report.problems[0].contains("properties"),
+        "{:?}",
+        report.problems
+    );
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let graph = hrafn_graph::Graph::open(dir.path(), hrafn::Options::default()).expect("open");
+    graph
+        .write(|g| {
+            let a = g.add_node("A", &hrafn_graph::Properties::new())?;
+            g.add_edge(a, a, "SELF", &hrafn_graph::Properties::new())?;
+            Ok(())
+        })
+        .expect("write");
+    damage_properties(
+        &graph,
+        "g.nodes",
+        &Schema::new(3)
+            .fixed_index("by-id", 0)
+            .index("by-label", &[1]),
+        2,
+    );
+    let report = graph.check().expect("check");
+    assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
+    assert!(
+        report.problems[0].starts_with("node 1 "),
+        "{:?}",
+        report.problems
+    );
+    assert!(!report.problems.iter().any(|p| p.contains("dangles")));
+}

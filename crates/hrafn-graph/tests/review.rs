@@ -599,3 +599,31 @@ fn a_limit_stops_a_pattern_walk_on_a_dense_graph() {
         started.elapsed()
     );
 }
+
+/// A property index keys a long value by its first bytes and a hash, as long as a value
+/// stored whole at the largest length: such a value that spells a long one's key is not
+/// that value, and `find_nodes` confirms it against the node.
+#[test]
+fn a_value_spelling_a_long_values_key_does_not_find_it() {
+    let (_dir, g) = open();
+    let long = vec![7u8; 2000];
+    // The long value's index bytes: its tag (5, bytes), then the bytes.
+    let mut index_bytes = vec![5u8];
+    index_bytes.extend_from_slice(&long);
+    let hash = xxhash_rust::xxh3::xxh3_64(&index_bytes);
+    let mut spelled = long[..1015].to_vec();
+    spelled.extend_from_slice(&hash.to_be_bytes());
+    let id = g
+        .write(|w| {
+            w.create_property_index("P", "blob")?;
+            w.add_node("P", &props(&[("blob", Value::Bytes(long.clone()))]))
+        })
+        .expect("write");
+    let found = |v: Vec<u8>| {
+        g.read(|r| r.find_nodes("P", "blob", &Value::Bytes(v)))
+            .expect("find")
+    };
+    assert_eq!(found(long.clone()), [id]);
+    assert_eq!(found(spelled), Vec::<u64>::new());
+    assert_sound(&g);
+}
