@@ -382,7 +382,7 @@ impl<'env> Loader<'env> {
     }
 
     /// Commits once a transaction has taken about `bytes` of changes (keys, values and
-    /// fields, plus a small allowance per change).
+    /// fields, plus a small allowance per change) or changed that many bytes of pages.
     pub fn transaction_bytes(mut self, bytes: u64) -> Loader<'env> {
         self.transaction_bytes = bytes.max(1);
         self
@@ -532,7 +532,10 @@ impl<'env> Loader<'env> {
         let changes = self.pending.changes.len() as u64;
         let bytes = self.pending.bytes.len() as u64;
         self.counts.bytes += bytes;
-        self.txn_bytes += bytes + changes * CHANGE_OVERHEAD_BYTES;
+        // Sized by the pages changed too: a small nested tree loads a few bytes but takes
+        // a page of its own, and thousands of them would pass the scratch limit at once.
+        self.txn_bytes = (self.txn_bytes + bytes + changes * CHANGE_OVERHEAD_BYTES)
+            .max(txn.dirty_size_bytes() as u64);
         self.pending.clear();
         if self.txn_bytes >= self.transaction_bytes
             && let Some(txn) = self.txn.take()

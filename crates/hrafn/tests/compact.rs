@@ -700,3 +700,37 @@ fn a_copy_keeps_incremental_backups_from_its_source() {
         Err(Error::InvalidArgument(_))
     ));
 }
+
+/// The copy's transactions are sized by the pages they change, not only by the bytes
+/// they load: thousands of small nested trees, each a page of its own, under a small
+/// scratch limit, copy in many transactions instead of failing as one too large.
+#[test]
+fn many_small_nested_trees_copy_under_a_small_scratch_limit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let options = Options::default().scratch_limit_bytes(8 << 20);
+    let env = Environment::open(dir.path().join("src"), options.clone()).expect("open");
+    const TREES: u32 = 3_000;
+    for first in (0..TREES).step_by(300) {
+        let mut wtx = env.begin_write().expect("write");
+        {
+            let mut parent = wtx.open_tree("parent").expect("tree");
+            for i in first..first + 300 {
+                let mut nested = parent.open_tree(i.to_be_bytes()).expect("nested");
+                nested.insert(b"k", i.to_le_bytes()).expect("insert");
+            }
+        }
+        wtx.commit().expect("commit");
+    }
+    let report = env.compact_to(dir.path().join("copy")).expect("compact");
+    assert!(report.bytes_after > 0);
+    drop(env);
+    let copy = Environment::open(dir.path().join("copy"), options).expect("open copy");
+    let rtx = copy.begin_read().expect("read");
+    let parent = rtx.open_tree("parent").expect("tree");
+    for i in (0..TREES).step_by(97) {
+        let nested = parent.open_tree(i.to_be_bytes()).expect("nested");
+        assert_eq!(nested.get(b"k").expect("get"), Some(&i.to_le_bytes()[..]));
+    }
+    drop(rtx);
+    copy.check().expect("check");
+}
