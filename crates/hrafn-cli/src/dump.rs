@@ -5,7 +5,7 @@
 //! lowercase hex (`-` for empty), so any bytes survive any text channel:
 //!
 //! ```text
-//! hrafn-dump 1
+//! hrafn-dump 2
 //! tree <name> btree            entries of a B+tree follow, until `end`
 //! entry <key> <value>
 //! nested <key> btree           a nested tree under <key> (btree, fixed <size>, multi)
@@ -15,6 +15,7 @@
 //! tree <name> multi            entries: `entry <key> <value>`, one line per value
 //! table <name> <schema>        records: `record <field> <field> ...`, in primary-key order
 //! end
+//! done                         the last line: a dump without it was cut off
 //! ```
 //!
 //! Indexes are not dumped: loading a table rebuilds its indexes, global ones included.
@@ -29,7 +30,11 @@ use hrafn::{Environment, Error};
 use std::io::{BufRead, Write};
 
 /// The first line of a dump.
-pub const DUMP_HEADER: &str = "hrafn-dump 1";
+pub const DUMP_HEADER: &str = "hrafn-dump 2";
+/// The first line of a dump of version 1, which has no closing line; still loaded.
+const DUMP_HEADER_1: &str = "hrafn-dump 1";
+/// The last line of a dump (version 2 on): a dump cut short lacks it.
+const DUMP_DONE: &str = "done";
 
 fn hex(bytes: &[u8]) -> String {
     if bytes.is_empty() {
@@ -110,6 +115,8 @@ pub fn dump(env: &Environment, out: &mut impl Write) -> Result<(), Failure> {
             Ok(())
         },
     )?;
+    writeln!(out, "{DUMP_DONE}")?;
+    out.flush()?;
     bar.finish_and_clear();
     Ok(())
 }
@@ -124,17 +131,31 @@ pub fn load(
 ) -> Result<u64, Failure> {
     let mut lines = input.lines();
     let first = lines.next().transpose()?.unwrap_or_default();
-    if first != DUMP_HEADER {
-        return Err(crate::fail(
-            3,
-            format!("not a dump: the first line is {first:?}"),
-        ));
-    }
+    let closed = match first.as_str() {
+        DUMP_HEADER => true,
+        DUMP_HEADER_1 => false,
+        _ => {
+            return Err(crate::fail(
+                3,
+                format!("not a dump: the first line is {first:?}"),
+            ));
+        }
+    };
     let env = open()?;
     let mut loader = Loader::new(&env);
+    let mut done = false;
     for (i, line) in lines.enumerate() {
         let line_number = i + 2;
         let line = line?;
+        if done {
+            if line.is_empty() {
+                continue;
+            }
+            return Err(crate::fail(
+                3,
+                format!("dump line {line_number}: {line:?} after the closing `{DUMP_DONE}`"),
+            ));
+        }
         let words: Vec<&str> = line.split(' ').collect();
         let bad = || crate::fail(3, format!("dump line {line_number}: cannot read {line:?}"));
         let pushed = match words.as_slice() {
@@ -186,6 +207,10 @@ pub fn load(
                 }
             }
             ["end"] => loader.push(Item::End),
+            [DUMP_DONE] if closed => {
+                done = true;
+                Ok(())
+            }
             [""] => Ok(()),
             _ => return Err(bad()),
         };
@@ -195,6 +220,13 @@ pub fn load(
         return Err(crate::fail(
             3,
             "the dump ends inside a tree (missing `end`)",
+        ));
+    }
+    if closed && !done {
+        // What came before is committed; the rest of the source is not here.
+        return Err(crate::fail(
+            3,
+            format!("the dump ends without its closing `{DUMP_DONE}` line: it was cut off"),
         ));
     }
     let counts = loader.finish()?;

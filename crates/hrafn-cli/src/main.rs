@@ -353,7 +353,15 @@ fn run(command: Command, out: &mut impl Write) -> Result<(), Failure> {
                 None => Err(fail(1, "no such key")),
             }
         }
-        Command::Dump { dir } => dump::dump(&open(&dir)?, out),
+        // A reader that closed the pipe has an incomplete dump: a failure, unlike for the
+        // commands whose output a reader may cut (`scan ... | head`).
+        Command::Dump { dir } => dump::dump(&open(&dir)?, out).map_err(|f| match f.code {
+            0 => fail(
+                3,
+                "writing the dump: its reader closed the pipe; the dump is incomplete",
+            ),
+            _ => f,
+        }),
         Command::Compact { dir, into } => compact::compact(&dir, into.as_deref(), out),
         Command::Load { dir } => {
             let open =

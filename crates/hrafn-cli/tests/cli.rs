@@ -153,7 +153,8 @@ fn a_dump_loads_back_into_an_identical_database() {
     let first = hrafn(&["dump", d]);
     assert!(first.status.success(), "{first:?}");
     let text = stdout(&first);
-    assert!(text.starts_with("hrafn-dump 1\n"));
+    assert!(text.starts_with("hrafn-dump 2\n"));
+    assert!(text.ends_with("\ndone\n"), "a dump closes with `done`");
 
     let copy = tempfile::tempdir().expect("tempdir");
     let c = copy.path().to_str().expect("utf-8 path");
@@ -193,6 +194,70 @@ fn a_dump_loads_back_into_an_identical_database() {
     let refused = bad.wait_with_output().expect("load");
     assert_eq!(refused.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&refused.stderr).contains("line 3"));
+
+    // A dump cut off (here before its last tree's `end` and the closing `done`, and then
+    // after a whole tree but before `done`) is refused, not loaded as a smaller database.
+    let feed = |input: &[u8]| {
+        let target = tempfile::tempdir().expect("tempdir");
+        let mut load = Command::new(env!("CARGO_BIN_EXE_hrafn"))
+            .args(["load", target.path().to_str().expect("utf-8 path")])
+            .stdin(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn load");
+        {
+            use std::io::Write;
+            let mut stdin = load.stdin.take().expect("stdin");
+            stdin.write_all(input).expect("feed");
+        }
+        load.wait_with_output().expect("load")
+    };
+    let cut_at = text.rfind("\nend\n").expect("an end line") + 1;
+    for cut in [&text[..cut_at], &text[..text.len() - "done\n".len()]] {
+        let cut_off = feed(cut.as_bytes());
+        assert_eq!(cut_off.status.code(), Some(3), "{cut_off:?}");
+        assert!(stderr(&cut_off).contains("cut off") || stderr(&cut_off).contains("missing"));
+    }
+    // Anything after `done` is refused; a version 1 dump (no `done`) still loads.
+    let trailing = feed(format!("{text}tree 74 btree\nend\n").as_bytes());
+    assert_eq!(trailing.status.code(), Some(3), "{trailing:?}");
+    let v1 = feed(b"hrafn-dump 1\ntree 74 btree\nentry 6b 76\nend\n");
+    assert!(v1.status.success(), "{v1:?}");
+}
+
+/// A dump whose reader closes the pipe early is incomplete: `hrafn dump` fails, where a
+/// scan cut by `head` succeeds.
+#[test]
+fn a_dump_into_a_closed_pipe_fails() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = hrafn::Environment::open(dir.path(), hrafn::Options::default()).expect("open");
+    let mut wtx = env.begin_write().expect("write");
+    {
+        let mut t = wtx.open_tree("t").expect("tree");
+        for i in 0..200_000u32 {
+            t.insert(i.to_be_bytes(), [7u8; 32]).expect("insert");
+        }
+    }
+    wtx.commit().expect("commit");
+    drop(env);
+    let mut dump = Command::new(env!("CARGO_BIN_EXE_hrafn"))
+        .args(["dump", dir.path().to_str().expect("utf-8 path")])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn dump");
+    {
+        use std::io::Read;
+        let mut first = [0u8; 64];
+        dump.stdout
+            .take()
+            .expect("stdout")
+            .read_exact(&mut first)
+            .expect("the dump begins");
+    } // the reader goes away
+    let out = dump.wait_with_output().expect("dump");
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert!(stderr(&out).contains("incomplete"), "{out:?}");
 }
 
 fn stderr(o: &Output) -> String {
