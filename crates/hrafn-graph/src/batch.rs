@@ -55,6 +55,18 @@ pub(crate) struct EdgeBatch {
     pub ends: Vec<u64>,
 }
 
+/// Each type's rank in byte order: adjacency keys compare by node, then the type's bytes,
+/// so a batch sorts its entries by this rank.
+pub(crate) fn type_ranks(types: &[String]) -> Vec<usize> {
+    let mut by_bytes: Vec<usize> = (0..types.len()).collect();
+    by_bytes.sort_by(|&a, &b| types[a].as_bytes().cmp(types[b].as_bytes()));
+    let mut rank = vec![0usize; types.len()];
+    for (r, &t) in by_bytes.iter().enumerate() {
+        rank[t] = r;
+    }
+    rank
+}
+
 impl EdgeBatch {
     /// Prepares `edges` (`(edge, properties)`) naming `types`.
     ///
@@ -74,19 +86,33 @@ impl EdgeBatch {
         for name in types.iter() {
             check_name(name)?;
         }
-        let (edges, properties): (Vec<BatchEdge>, Vec<Vec<u8>>) = edges
+        let edges = edges
             .into_iter()
             .map(|(edge, props)| encode(props).map(|p| (edge, p)))
-            .collect::<Result<Vec<_>>>()?
+            .collect::<Result<Vec<_>>>()?;
+        let rank = Arc::new(type_ranks(&types));
+        Ok(EdgeBatch::ranked(types, &rank, edges))
+    }
+
+    /// [`EdgeBatch::new`] for edges whose properties are encoded already (an empty vector:
+    /// none) and whose `types` were checked and ranked ([`type_ranks`]) once for many
+    /// batches, as the bulk load's rounds are.
+    pub(crate) fn ranked(
+        types: Arc<Vec<String>>,
+        rank: &[usize],
+        edges: impl IntoIterator<Item = (BatchEdge, Vec<u8>)>,
+    ) -> EdgeBatch {
+        let (edges, properties): (Vec<BatchEdge>, Vec<Vec<u8>>) = edges
             .into_iter()
+            .map(|(edge, props)| {
+                let props = if props.is_empty() {
+                    encode(&Properties::new()).expect("no properties encode")
+                } else {
+                    props
+                };
+                (edge, props)
+            })
             .unzip();
-        // Keys compare by node, then the type's bytes: sort by a rank in byte order.
-        let mut by_bytes: Vec<usize> = (0..types.len()).collect();
-        by_bytes.sort_by(|&a, &b| types[a].as_bytes().cmp(types[b].as_bytes()));
-        let mut rank = vec![0usize; types.len()];
-        for (r, &t) in by_bytes.iter().enumerate() {
-            rank[t] = r;
-        }
         let order = |outgoing: bool| -> Vec<usize> {
             let mut keyed: Vec<(u64, usize, u64, usize)> = edges
                 .iter()
@@ -110,14 +136,14 @@ impl EdgeBatch {
             .collect();
         ends.sort_unstable();
         ends.dedup();
-        Ok(EdgeBatch {
+        EdgeBatch {
             types,
             edges,
             properties,
             out_order,
             in_order,
             ends,
-        })
+        }
     }
 
     /// Prepares `(source, destination, type, properties)` edges, as

@@ -21,12 +21,12 @@
 //! writer always has the next transaction while the last one's journal write is in
 //! flight.
 
-use crate::batch::{BatchEdge, EdgeBatch, TypeNames};
+use crate::batch::{BatchEdge, EdgeBatch, TypeNames, type_ranks};
 use crate::error::{Error, Result};
 use crate::graph::Graph;
 use crate::ids::IdMap;
 use crate::pipeline::{Pipeline, Turn};
-use crate::value::{Properties, Value, check_name};
+use crate::value::{Properties, Value, check_name, encode};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::io::Read;
@@ -54,7 +54,9 @@ const ROUND_BYTES: u64 = 256 << 20;
 struct PendingEdge {
     /// Its ends and the index of its type among the round's.
     edge: BatchEdge,
-    props: Properties,
+    /// Its properties, encoded (empty: none): a map per row would hold ten times the bytes
+    /// of a round's input.
+    props: Vec<u8>,
 }
 
 /// Edge rows read and not yet stored, with the distinct edge types they name.
@@ -65,7 +67,7 @@ struct Round {
 }
 
 impl Round {
-    fn push(&mut self, source: u64, destination: u64, edge_type: &str, props: Properties) {
+    fn push(&mut self, source: u64, destination: u64, edge_type: &str, props: Vec<u8>) {
         let edge = BatchEdge {
             source,
             destination,
@@ -311,13 +313,16 @@ fn send_round<'a>(
 ) -> Result<()> {
     let (mut edges, types) = round.take();
     order_for_locality(&mut edges, EDGE_ROWS_PER_TXN);
+    // Names were checked as rows were read; ranked once for all of the round's batches.
+    let rank = type_ranks(&types);
     let mut rows = edges.into_iter().peekable();
     while rows.peek().is_some() {
-        let txn: Vec<PendingEdge> = rows.by_ref().take(EDGE_ROWS_PER_TXN).collect();
-        let batch = Arc::new(EdgeBatch::new(
+        let txn = rows.by_ref().take(EDGE_ROWS_PER_TXN);
+        let batch = Arc::new(EdgeBatch::ranked(
             Arc::clone(&types),
-            txn.iter().map(|e| (e.edge, &e.props)),
-        )?);
+            &rank,
+            txn.map(|e| (e.edge, e.props)),
+        ));
         pipeline.send(Box::new(move |turn: &Turn| {
             let shared = Arc::clone(&batch);
             turn.submit(graph, move |g| g.add_edge_batch(&shared).map(|_| ()))?;
@@ -445,6 +450,11 @@ impl Graph {
                     parse_error(line, format!("invalid edge type {:?}", &record[2]))
                 })?;
                 let props = row_properties(&header, &record, 3, line)?;
+                let props = if props.is_empty() {
+                    Vec::new()
+                } else {
+                    encode(&props).map_err(|e| parse_error(line, e.to_string()))?
+                };
                 round.push(src, dst, &record[2], props);
                 let read = read_bytes();
                 if round.edges.len() == ROUND_EDGES || read - round_start_bytes >= ROUND_BYTES {
@@ -512,7 +522,7 @@ mod tests {
                 destination,
                 type_index: 0,
             },
-            props: Properties::new(),
+            props: Vec::new(),
         }
     }
 
