@@ -45,7 +45,7 @@ pub(crate) struct EdgeBatch {
     /// The edge types the edges name, checked.
     pub types: Arc<Vec<String>>,
     pub edges: Vec<BatchEdge>,
-    /// Each edge's encoded properties.
+    /// Each edge's encoded properties; empty for none (stored as a count of zero).
     pub properties: Vec<Vec<u8>>,
     /// Indexes into `edges` in the order of their out-adjacency entries
     /// (`source | type`, then `destination | edge id`), and of their in-adjacency entries.
@@ -88,7 +88,10 @@ impl EdgeBatch {
         }
         let edges = edges
             .into_iter()
-            .map(|(edge, props)| encode(props).map(|p| (edge, p)))
+            .map(|(edge, props)| match props.is_empty() {
+                true => Ok((edge, Vec::new())),
+                false => encode(props).map(|p| (edge, p)),
+            })
             .collect::<Result<Vec<_>>>()?;
         let rank = Arc::new(type_ranks(&types));
         Ok(EdgeBatch::ranked(types, &rank, edges))
@@ -102,17 +105,7 @@ impl EdgeBatch {
         rank: &[usize],
         edges: impl IntoIterator<Item = (BatchEdge, Vec<u8>)>,
     ) -> EdgeBatch {
-        let (edges, properties): (Vec<BatchEdge>, Vec<Vec<u8>>) = edges
-            .into_iter()
-            .map(|(edge, props)| {
-                let props = if props.is_empty() {
-                    encode(&Properties::new()).expect("no properties encode")
-                } else {
-                    props
-                };
-                (edge, props)
-            })
-            .unzip();
+        let (edges, properties): (Vec<BatchEdge>, Vec<Vec<u8>>) = edges.into_iter().unzip();
         let order = |outgoing: bool| -> Vec<usize> {
             let mut keyed: Vec<(u64, usize, u64, usize)> = edges
                 .iter()

@@ -15,7 +15,7 @@
 
 use crate::batch::EdgeBatch;
 use crate::error::{Error, Result};
-use crate::value::{Properties, Value, check_name, decode, encode};
+use crate::value::{NO_PROPERTIES, Properties, Value, check_name, decode, encode};
 use hrafn::table::Schema;
 use hrafn::{Environment, MultiTree, Options, ReadTxn, Table, Tree, WriteTxn};
 use std::collections::HashMap;
@@ -473,7 +473,11 @@ impl<'env> GraphWriter<'_, 'env> {
                     batch.types[e.type_index].as_bytes(),
                     &e.source.to_be_bytes(),
                     &e.destination.to_be_bytes(),
-                    props,
+                    if props.is_empty() {
+                        &NO_PROPERTIES
+                    } else {
+                        props
+                    },
                 ])?;
             }
         }

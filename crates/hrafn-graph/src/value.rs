@@ -123,6 +123,9 @@ pub(crate) fn check_name(name: &str) -> Result<()> {
 /// # Errors
 /// [`Error::InvalidName`] for a bad property name; [`Error::TooManyProperties`] past
 /// `u16::MAX` properties.
+/// The encoding of no properties (a count of zero).
+pub(crate) const NO_PROPERTIES: [u8; 2] = [0, 0];
+
 pub(crate) fn encode(props: &Properties) -> Result<Vec<u8>> {
     let mut out = Vec::new();
     let count = u16::try_from(props.len()).map_err(|_| Error::TooManyProperties {
@@ -241,6 +244,13 @@ impl<'a> Reader<'a> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn no_properties_encode_as_their_constant() {
+        assert_eq!(encode(&Properties::new()).expect("encode"), NO_PROPERTIES);
+        assert!(decode(&NO_PROPERTIES).expect("decode").is_empty());
+    }
+
     use super::*;
 
     #[test]
