@@ -460,12 +460,15 @@ pub(crate) fn sync_buffered_journal(inner: &EnvInner, txn_id: u64, what: &str) -
     // and its file named before it was published, and an older file was synced when the
     // writer rotated away from it. A mark newer than the state may lie in a file the
     // handle does not name yet, so only one this sync surely covers is cleared.
-    let buffered_txn_id = inner.journal_index.lock().buffered_unsynced_txn_id;
+    let (buffered_txn_id, gate) = {
+        let index = inner.journal_index.lock();
+        (index.buffered_unsynced_txn_id, Arc::clone(&index.sync_gate))
+    };
     if buffered_txn_id == 0 {
         return Ok(());
     }
     let file = inner.journal_file.lock().clone().ok_or(Error::ReadOnly)?;
-    if let Err(e) = file.sync_data() {
+    if let Err(e) = gate.sync(&*file) {
         let error = Error::io(what, e);
         inner.poison_with(&error);
         return Err(error);
@@ -492,6 +495,9 @@ fn write_batch(
     };
     // Write-ahead rule: the records of these versions are durable before any data byte.
     sync_buffered_journal(inner, state.txn_id, "syncing the journal before a flush")?;
+    // A journal write or sync that failed elsewhere since this pass began poisoned the
+    // environment: no data byte may follow it.
+    inner.check_poison()?;
     let txn_id_max = batch.iter().map(|&(_, t)| t).max().unwrap_or(0);
     inner.storage.note(StorageEvent::DataWrite { txn_id_max });
 
@@ -666,9 +672,20 @@ pub(crate) fn remove_retired(
             return Ok(());
         };
         let name = journal_file_name(number);
-        storage
-            .remove(&name)
-            .map_err(|e| Error::io(format!("removing {name}"), e))?;
+        match storage.remove(&name) {
+            // Gone already (removed by hand): done, and the files behind it still go.
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                // To the back of the queue: one file that cannot be removed must not keep
+                // every later one on disk. Its error is still reported.
+                let mut index = index.lock();
+                if let Some(failed) = index.removable.pop_front() {
+                    index.removable.push_back(failed);
+                }
+                return Err(Error::io(format!("removing {name}"), e));
+            }
+        }
         index.lock().removable.pop_front();
     }
     Ok(())
@@ -777,5 +794,31 @@ mod tests {
         assert_eq!(index.lock().recyclable, [2]);
         remove_retired(&storage, &index, usize::MAX).expect("remove");
         assert_eq!(storage.list("journal").expect("list").len(), 1);
+    }
+
+    /// A retired journal removed by hand does not stop the removal of later ones, nor does
+    /// one whose removal fails: it goes to the back of the queue, and its error is told.
+    #[test]
+    fn one_journal_that_cannot_be_removed_does_not_keep_the_others() {
+        let storage = SimStorage::new(9);
+        storage.create_dir("journal").expect("dir");
+        for number in [2, 3, 4] {
+            storage
+                .open(&journal_file_name(number), FileKind::JournalBuffered, true)
+                .expect("create");
+        }
+        let index = Mutex::new(JournalIndex {
+            removable: [1, 2, 3, 4].into(),
+            ..JournalIndex::default()
+        });
+        // Journal 1 is gone already; removing journal 2 fails once.
+        let sim = &storage;
+        remove_retired(sim, &index, 1).expect("a missing file counts as removed");
+        sim.fail_at(sim.ops_count(), crate::storage::sim::Fault::Eio, false);
+        assert!(remove_retired(sim, &index, usize::MAX).is_err());
+        assert_eq!(index.lock().removable, [3, 4, 2]);
+        remove_retired(sim, &index, usize::MAX).expect("remove the rest");
+        assert!(index.lock().removable.is_empty());
+        assert_eq!(sim.list("journal").expect("list"), Vec::<String>::new());
     }
 }

@@ -98,9 +98,39 @@ pub struct RecordEnd {
 /// could cover, lagging by at most one granule of journal.
 pub const SYNC_POINT_GRANULE_BYTES: u64 = 256 * 1024;
 
+/// Serializes the fsyncs of journal files and remembers a failure. The writer (rotating,
+/// or syncing a durable record written through the page cache) and the flusher (before
+/// its data writes) sync the same file through the same handle, and Linux reports a
+/// writeback error once per open file: the second to sync after a failure would be told
+/// the file is on disk. Once a sync failed, every later one fails too.
+#[derive(Debug, Default)]
+pub struct SyncGate {
+    failed: parking_lot::Mutex<bool>,
+}
+
+impl SyncGate {
+    /// Syncs `file`'s data, or fails if this or an earlier journal sync failed.
+    ///
+    /// # Errors
+    /// The sync's error, or [`std::io::ErrorKind::Other`] after an earlier failure.
+    pub fn sync(&self, file: &dyn StorageFile) -> std::io::Result<()> {
+        let mut failed = self.failed.lock();
+        if *failed {
+            return Err(std::io::Error::other(
+                "an earlier journal sync failed: what it covered may not be on disk",
+            ));
+        }
+        let result = file.sync_data();
+        *failed = result.is_err();
+        result
+    }
+}
+
 /// Bookkeeping shared by the writer (appends) and the flusher (syncs, retires files).
 #[derive(Debug, Default)]
 pub struct JournalIndex {
+    /// Every fsync of a journal file goes through here (see [`SyncGate`]).
+    pub sync_gate: Arc<SyncGate>,
     /// Possible sync points: ends of records not yet covered by a durable header, oldest
     /// first, thinned to one per [`SYNC_POINT_GRANULE_BYTES`] of journal.
     pub records: VecDeque<RecordEnd>,
@@ -474,7 +504,8 @@ impl JournalWriter {
         write_all_at(&**file, block, self.position_bytes)
             .map_err(|e| Error::io(what("writing"), e))?;
         if durable && !direct {
-            file.sync_data().map_err(|e| Error::io(what("syncing"), e))?;
+            let gate = Arc::clone(&index.lock().sync_gate);
+            gate.sync(&**file).map_err(|e| Error::io(what("syncing"), e))?;
         }
         if durable {
             self.storage.note(StorageEvent::JournalDurable {
@@ -517,9 +548,12 @@ impl JournalWriter {
     ) -> Result<()> {
         // Buffered records in the finished file must be durable before records move on,
         // since the flusher only syncs the current file.
-        if index.lock().buffered_unsynced_txn_id != 0 {
-            self.file
-                .sync_data()
+        let (buffered, gate) = {
+            let index = index.lock();
+            (index.buffered_unsynced_txn_id != 0, Arc::clone(&index.sync_gate))
+        };
+        if buffered {
+            gate.sync(&*self.file)
                 .map_err(|e| Error::io(format!("syncing journal {}", self.journal_number), e))?;
             self.storage.note(StorageEvent::JournalDurable {
                 txn_id: self.last_txn_id,
@@ -714,6 +748,23 @@ pub(crate) fn extend_file(
 
 #[cfg(test)]
 mod tests {
+    /// A device that reports a failed writeback once (as Linux does per open file) is
+    /// told to the second caller too.
+    #[test]
+    fn a_failed_journal_sync_fails_every_later_one() {
+        use crate::storage::sim::{Fault, SimStorage};
+        let sim = SimStorage::new(2);
+        let file = sim
+            .open("j", FileKind::JournalBuffered, true)
+            .expect("open");
+        crate::storage::write_all_at(&*file, &[7u8; 4096], 0).expect("write");
+        sim.fail_at(sim.ops_count(), Fault::Eio, false);
+        let gate = SyncGate::default();
+        assert!(gate.sync(&*file).is_err());
+        assert!(file.sync_data().is_ok(), "the device says it once");
+        assert!(gate.sync(&*file).is_err(), "the gate says it again");
+    }
+
     use super::*;
 
     /// Records of every kind read back as they were given: compressed; stored raw from
