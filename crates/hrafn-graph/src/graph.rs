@@ -402,9 +402,13 @@ impl<'env> GraphWriter<'_, 'env> {
         check_name(label)?;
         let props = encode(properties)?;
         let old = self.node(id)?.ok_or(Error::NoSuchNode(id))?;
+        // The record first: the table refuses one too large before it changes anything,
+        // and the index entries follow only a record that changed.
+        {
+            let (mut nodes, record) = self.located(NODES, &node_schema(), id)?;
+            nodes.update(record, &[&id.to_be_bytes(), label.as_bytes(), &props])?;
+        }
         self.index_node(id, &old.label, &old.properties, false)?;
-        let (mut nodes, record) = self.located(NODES, &node_schema(), id)?;
-        nodes.update(record, &[&id.to_be_bytes(), label.as_bytes(), &props])?;
         self.index_node(id, label, properties, true)
     }
 
