@@ -158,18 +158,7 @@ fn a_dump_loads_back_into_an_identical_database() {
 
     let copy = tempfile::tempdir().expect("tempdir");
     let c = copy.path().to_str().expect("utf-8 path");
-    let mut load = Command::new(env!("CARGO_BIN_EXE_hrafn"))
-        .args(["load", c])
-        .stdin(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn load");
-    {
-        use std::io::Write;
-        let mut stdin = load.stdin.take().expect("stdin");
-        stdin.write_all(text.as_bytes()).expect("feed the dump");
-    }
-    let loaded = load.wait_with_output().expect("load");
+    let loaded = load_into(c, text.as_bytes());
     assert!(loaded.status.success(), "{loaded:?}");
     let second = hrafn(&["dump", c]);
     assert_eq!(stdout(&second), text, "the copy dumps the same");
@@ -178,20 +167,10 @@ fn a_dump_loads_back_into_an_identical_database() {
     assert_eq!(stdout(&hrafn(&["trees", c])), stdout(&hrafn(&["trees", d])));
 
     // A damaged dump is refused with its line number.
-    let mut bad = Command::new(env!("CARGO_BIN_EXE_hrafn"))
-        .args(["load", c])
-        .stdin(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn load");
-    {
-        use std::io::Write;
-        let mut stdin = bad.stdin.take().expect("stdin");
-        stdin
-            .write_all(b"hrafn-dump 1\ntree 7573657273 btree\nentry zz 00\nend\n")
-            .expect("feed");
-    }
-    let refused = bad.wait_with_output().expect("load");
+    let refused = load_into(
+        c,
+        b"hrafn-dump 1\ntree 7573657273 btree\nentry zz 00\nend\n",
+    );
     assert_eq!(refused.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&refused.stderr).contains("line 3"));
 
@@ -199,18 +178,7 @@ fn a_dump_loads_back_into_an_identical_database() {
     // after a whole tree but before `done`) is refused, not loaded as a smaller database.
     let feed = |input: &[u8]| {
         let target = tempfile::tempdir().expect("tempdir");
-        let mut load = Command::new(env!("CARGO_BIN_EXE_hrafn"))
-            .args(["load", target.path().to_str().expect("utf-8 path")])
-            .stdin(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("spawn load");
-        {
-            use std::io::Write;
-            let mut stdin = load.stdin.take().expect("stdin");
-            stdin.write_all(input).expect("feed");
-        }
-        load.wait_with_output().expect("load")
+        load_into(target.path().to_str().expect("utf-8 path"), input)
     };
     let cut_at = text.rfind("\nend\n").expect("an end line") + 1;
     for cut in [&text[..cut_at], &text[..text.len() - "done\n".len()]] {
@@ -258,6 +226,22 @@ fn a_dump_into_a_closed_pipe_fails() {
     let out = dump.wait_with_output().expect("dump");
     assert_eq!(out.status.code(), Some(3), "{out:?}");
     assert!(stderr(&out).contains("incomplete"), "{out:?}");
+}
+
+/// Runs `hrafn load DIR` with `input` on its standard input.
+fn load_into(dir: &str, input: &[u8]) -> Output {
+    let mut load = Command::new(env!("CARGO_BIN_EXE_hrafn"))
+        .args(["load", dir])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn load");
+    {
+        use std::io::Write;
+        let mut stdin = load.stdin.take().expect("stdin");
+        stdin.write_all(input).expect("feed the dump");
+    }
+    load.wait_with_output().expect("load")
 }
 
 fn stderr(o: &Output) -> String {

@@ -83,3 +83,22 @@ pub fn dir_bytes(dir: &std::path::Path) -> u64 {
     }
     total
 }
+
+/// Flips one bit of the data file in `dir` where `marker` (a value the test stored, lying
+/// within one page) is found, without resealing: that page then fails its checksum.
+pub fn damage_page_holding(dir: &std::path::Path, marker: &[u8]) {
+    use hrafn::limits::PAGE_SIZE_BYTES;
+    let path = dir.join(hrafn::DATA_FILE);
+    let mut data = std::fs::read(&path).expect("data file");
+    let at = data
+        .windows(marker.len())
+        .position(|w| w == marker)
+        .expect("the marker in the data file");
+    assert_eq!(
+        at / PAGE_SIZE_BYTES,
+        (at + marker.len() - 1) / PAGE_SIZE_BYTES,
+        "the marker lies within one page"
+    );
+    data[at] ^= 1;
+    std::fs::write(&path, &data).expect("write back");
+}
