@@ -4,7 +4,7 @@
 //! stores the last, so the write transaction holds only the tree work.
 
 use crate::error::Result;
-use crate::value::{Properties, check_name, encode};
+use crate::value::{Properties, check_name, encode_or_empty};
 use std::sync::Arc;
 
 /// One edge of a batch: source, destination, index into the batch's types.
@@ -88,10 +88,7 @@ impl EdgeBatch {
         }
         let edges = edges
             .into_iter()
-            .map(|(edge, props)| match props.is_empty() {
-                true => Ok((edge, Vec::new())),
-                false => encode(props).map(|p| (edge, p)),
-            })
+            .map(|(edge, props)| encode_or_empty(props).map(|p| (edge, p)))
             .collect::<Result<Vec<_>>>()?;
         let rank = Arc::new(type_ranks(&types));
         Ok(EdgeBatch::ranked(types, &rank, edges))

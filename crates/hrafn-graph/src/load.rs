@@ -26,7 +26,7 @@ use crate::error::{Error, Result};
 use crate::graph::Graph;
 use crate::ids::IdMap;
 use crate::pipeline::{Pipeline, Turn};
-use crate::value::{Properties, Value, check_name, encode};
+use crate::value::{Properties, Value, check_name, encode_or_empty};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::io::Read;
@@ -450,11 +450,8 @@ impl Graph {
                     parse_error(line, format!("invalid edge type {:?}", &record[2]))
                 })?;
                 let props = row_properties(&header, &record, 3, line)?;
-                let props = if props.is_empty() {
-                    Vec::new()
-                } else {
-                    encode(&props).map_err(|e| parse_error(line, e.to_string()))?
-                };
+                let props =
+                    encode_or_empty(&props).map_err(|e| parse_error(line, e.to_string()))?;
                 round.push(src, dst, &record[2], props);
                 let read = read_bytes();
                 if round.edges.len() == ROUND_EDGES || read - round_start_bytes >= ROUND_BYTES {

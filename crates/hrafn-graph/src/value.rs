@@ -117,14 +117,23 @@ pub(crate) fn check_name(name: &str) -> Result<()> {
     Ok(())
 }
 
+/// The encoding of no properties (a count of zero).
+pub(crate) const NO_PROPERTIES: [u8; 2] = [0, 0];
+
 /// Encodes properties: `count u16`, then per property `name_len u8 | name | tag u8 | body`
 /// (bool 1 byte, int and float 8 bytes LE, text and bytes `len u32 LE | bytes`).
 ///
 /// # Errors
 /// [`Error::InvalidName`] for a bad property name; [`Error::TooManyProperties`] past
 /// `u16::MAX` properties.
-/// The encoding of no properties (a count of zero).
-pub(crate) const NO_PROPERTIES: [u8; 2] = [0, 0];
+/// [`encode`], but nothing (no allocation) for no properties: batches and the bulk load
+/// hold many edges without any, stored as [`NO_PROPERTIES`].
+pub(crate) fn encode_or_empty(props: &Properties) -> Result<Vec<u8>> {
+    if props.is_empty() {
+        return Ok(Vec::new());
+    }
+    encode(props)
+}
 
 pub(crate) fn encode(props: &Properties) -> Result<Vec<u8>> {
     let mut out = Vec::new();

@@ -85,8 +85,9 @@ pub struct Options {
     /// Most scratch held: page copies in memory plus scratch files on disk, each file
     /// counted whole (it lives while any copy in it does; files are an eighth of this, at
     /// most 64 MiB). Past it writes wait, then fail with [`Error::ScratchFull`], and the
-    /// flusher makes no scratch file that would pass it. Only a reader that stays open
-    /// while much is written makes scratch grow, so this is a disk-space limit in effect.
+    /// flusher makes no scratch file that would pass it (a file made while a write takes
+    /// its room may pass it by at most that file). Only a reader that stays open while much
+    /// is written makes scratch grow, so this is a disk-space limit in effect.
     pub scratch_limit_bytes: u64,
     /// Scratch memory past which the flusher moves committed page copies that must stay
     /// in scratch into memory-mapped scratch files (so long-lived readers cost disk, not
@@ -881,9 +882,9 @@ impl Environment {
     }
 
     /// Runs `f` inside a merged write transaction and returns its value once the
-    /// transaction is committed (as [`Environment::write`]). `f` may run more than once: a
-    /// merged transaction in which a later request failed is retried one request at a
-    /// time, so it must not have side effects outside `wtx`. A request that fails when it
+    /// transaction is committed (as [`Environment::write`]). `f` may run more than once: the
+    /// requests of a merged transaction in which another request failed run again, so it
+    /// must not have side effects outside `wtx`. A request that fails when it
     /// ran first in its transaction (as it would alone) is not run again. A panic inside
     /// `f` fails only this request, with [`Error::RequestPanicked`]. For a closure with
     /// its own error type, see [`Environment::try_submit`].

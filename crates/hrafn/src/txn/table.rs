@@ -396,10 +396,16 @@ impl<'env> WriteTxn<'env> {
         if let Some(t) = self.tables.iter().find(|t| names_it(&t.view.schema)) {
             return Ok(Some(t.name.to_string()));
         }
-        // Tables made or set aside in this transaction (a refused migration) are found in
-        // the root tree once the open trees are written back.
-        self.write_back_trees()?;
-        for name in super::read::list_trees_in(&*self, self.root_tree())? {
+        // Tables made or set aside in this transaction (a refused migration) may be only
+        // among the open trees, not yet in the root tree.
+        let mut names = super::read::list_trees_in(&*self, self.root_tree())?;
+        let open: Vec<String> = self
+            .open_tree_names()
+            .filter(|open| !names.iter().any(|n| n == open))
+            .map(str::to_owned)
+            .collect();
+        names.extend(open);
+        for name in names {
             let Some(header) = self.find_tree_header(&name)? else {
                 continue;
             };

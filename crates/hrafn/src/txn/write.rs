@@ -310,7 +310,7 @@ impl<'env> WriteTxn<'env> {
         if self.meta.root_page == 0 {
             return Ok(true); // created and deleted in this transaction
         }
-        let mut root = TreeHeader::btree(self.meta.root_page, self.meta.tree_count);
+        let mut root = self.root_tree();
         let removed = tree_write::remove(self, &mut root, name.as_bytes());
         self.fail_on_error(removed)?;
         self.meta.root_page = root.root_page;
@@ -398,6 +398,15 @@ impl<'env> WriteTxn<'env> {
     pub fn list_trees(&mut self) -> Result<Vec<String>> {
         self.write_back_trees()?;
         list_trees_in(&*self, self.root_tree())
+    }
+
+    /// Names of the top-level trees open in this transaction (one made here is not in the
+    /// root tree until it is written back).
+    pub(crate) fn open_tree_names(&self) -> impl Iterator<Item = &str> {
+        self.trees
+            .iter()
+            .filter(|t| t.parent.is_none())
+            .map(|t| &*t.name)
     }
 
     /// The root tree as this transaction has it: its meta page is written only at commit.
@@ -656,14 +665,14 @@ impl<'env> WriteTxn<'env> {
     }
 
     /// Stores changed tree headers into the root tree.
-    pub(crate) fn write_back_trees(&mut self) -> Result<()> {
+    fn write_back_trees(&mut self) -> Result<()> {
         let mut trees = std::mem::take(&mut self.trees);
         let result = (|| {
             for tree in trees.iter_mut().filter(|t| t.changed && t.parent.is_none()) {
                 if self.meta.root_page == 0 {
                     self.meta.root_page = tree_write::create(self)?.root_page;
                 }
-                let mut root = TreeHeader::btree(self.meta.root_page, self.meta.tree_count);
+                let mut root = self.root_tree();
                 tree_write::insert(self, &mut root, tree.name.as_bytes(), &tree.header.encode())?;
                 self.meta.root_page = root.root_page;
                 self.meta.tree_count = root.entry_count;
