@@ -2,11 +2,9 @@
 //! and check, read nodes and edges, list neighbours, walk breadth-first, find shortest
 //! paths, and find nodes by label and property.
 //!
-//! `load` opens the environment for writing (made if missing). `stat` reads the counts
-//! read-only, then opens the environment for writing to run the graph check (no other
-//! process may have it open for writing meanwhile). The other commands open it read-only,
-//! so they work while another process writes, and refuse a directory without a graph
-//! rather than make one.
+//! `load` opens the environment for writing (made if missing). The other commands, `stat`
+//! and its graph check included, open it read-only on one snapshot, so they work while
+//! another process writes, and refuse a directory without a graph rather than make one.
 
 use crate::{Failure, fail, require_dir};
 use clap::{Subcommand, ValueEnum};

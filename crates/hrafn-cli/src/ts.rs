@@ -1,8 +1,11 @@
 //! `hrafn ts`: the time-series store of `hrafn-timeseries` in an environment: ingest text,
 //! query, export, list labels, compact chunks and drop old data.
 //!
-//! The store makes its trees when it opens, so it opens the environment for writing even
-//! to read it: no other process may have the environment open for writing meanwhile.
+//! `ingest` opens the environment for writing (made if missing), as do the commands that
+//! maintain the store (compaction, retention): no other process may have it open for
+//! writing meanwhile. The reading commands open an existing store read-only, so they work
+//! while another process writes, and refuse a directory without a store rather than make
+//! one.
 
 use crate::{Failure, fail, require_dir};
 use clap::{Subcommand, ValueEnum};
