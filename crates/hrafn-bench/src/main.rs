@@ -524,16 +524,28 @@ fn medians(runs: Vec<BenchResult>) -> Vec<BenchResult> {
             let all: Vec<f64> = ok.iter().map(|r| r.ops_per_sec).collect();
             let mut median = ok.swap_remove((ok.len() - 1) / 2);
             median.runs_ops_per_sec = all;
-            let runs = format!(
-                "median of {count} runs: {} {}/s{}",
-                figures.join(", "),
-                median.unit,
-                if failed.is_empty() {
-                    String::new()
-                } else {
-                    format!(" ({} failed)", failed.len())
-                }
-            );
+            // With a failed run the figure is the middle of those that succeeded (the lower
+            // of two), and the note says so.
+            let runs = if failed.is_empty() {
+                format!(
+                    "median of {count} runs: {} {}/s",
+                    figures.join(", "),
+                    median.unit
+                )
+            } else {
+                format!(
+                    "{} of the {} of {count} runs that succeeded ({} failed): {} {}/s",
+                    if figures.len() % 2 == 0 {
+                        "lower middle"
+                    } else {
+                        "median"
+                    },
+                    figures.len(),
+                    failed.len(),
+                    figures.join(", "),
+                    median.unit
+                )
+            };
             median.note = Some(match median.note.take() {
                 Some(n) => format!("{n}; {runs}"),
                 None => runs,
@@ -819,7 +831,11 @@ mod tests {
         );
         let lmdb = get("concurrent_writers", "lmdb");
         assert!(lmdb.ok(), "a failed run does not hide the successful one");
-        assert!(lmdb.note.as_deref().unwrap_or("").contains("(1 failed)"));
+        let note = lmdb.note.as_deref().unwrap_or("");
+        assert!(
+            note.contains("median of the 1 of 2 runs that succeeded (1 failed)"),
+            "{note}"
+        );
         assert!(!get("concurrent_writers", "redb").ok());
         assert_eq!(out.len(), 3);
     }
