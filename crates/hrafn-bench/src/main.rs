@@ -535,7 +535,7 @@ fn medians(runs: Vec<BenchResult>) -> Vec<BenchResult> {
             } else {
                 format!(
                     "{} of the {} of {count} runs that succeeded ({} failed): {} {}/s",
-                    if figures.len() % 2 == 0 {
+                    if figures.len().is_multiple_of(2) {
                         "lower middle"
                     } else {
                         "median"
