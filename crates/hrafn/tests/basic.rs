@@ -492,3 +492,80 @@ fn a_write_transaction_finds_trees_after_its_root_tree_moved() {
     drop(rtx);
     env.check().expect("check");
 }
+
+/// Freeing a value's overflow run first checks that the entry's reference matches the run
+/// (kind and length): a damaged reference would otherwise free pages that may be live,
+/// which a later transaction reuses. The remove fails as corruption, and so does the
+/// transaction.
+#[test]
+fn a_damaged_overflow_reference_frees_nothing() {
+    use hrafn::limits::PAGE_SIZE_BYTES;
+    use hrafn::page::{OFFSET_AUX, OFFSET_KIND, PageKind, put_u64, seal};
+    let dir = tempfile::tempdir().expect("tempdir");
+    {
+        let env = Environment::open(dir.path(), Options::default()).expect("open");
+        let mut wtx = env.begin_write().expect("begin");
+        let mut t = wtx.open_tree("t").expect("tree");
+        t.insert(b"big", vec![0u8; 20_000]).expect("insert");
+        t.insert(b"small", b"v").expect("insert");
+        drop(t);
+        wtx.commit().expect("commit");
+    }
+    let path = dir.path().join(hrafn::DATA_FILE);
+    let mut data = std::fs::read(&path).expect("data file");
+    let runs: Vec<usize> = (0..data.len() / PAGE_SIZE_BYTES)
+        .filter(|&p| data[p * PAGE_SIZE_BYTES + OFFSET_KIND] == PageKind::Overflow as u8)
+        .collect();
+    assert_eq!(runs.len(), 1, "one overflow run");
+    let first = runs[0];
+    let run = &mut data[first * PAGE_SIZE_BYTES..(first + 3) * PAGE_SIZE_BYTES];
+    put_u64(run, OFFSET_AUX, 19_999); // the entry says 20,000
+    seal(run, first as u64);
+    std::fs::write(&path, &data).expect("write back");
+
+    let env = Environment::open(dir.path(), Options::default()).expect("reopen");
+    let mut wtx = env.begin_write().expect("begin");
+    let removed = wtx.open_tree("t").expect("tree").remove(b"big");
+    assert!(
+        matches!(removed, Err(Error::Corruption { .. })),
+        "{removed:?}"
+    );
+    assert!(wtx.commit().is_err(), "the failed remove cannot commit");
+    let rtx = env.begin_read().expect("read");
+    assert_eq!(
+        rtx.open_tree("t")
+            .expect("tree")
+            .get(b"small")
+            .expect("get"),
+        Some(&b"v"[..])
+    );
+}
+
+/// A B+tree insert that meets damage fails its transaction, as a remove does: damage met
+/// part way (a split, a replaced value's pages freed) must not commit half done.
+#[test]
+fn an_insert_that_meets_damage_fails_the_transaction() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let marker = *b"the leaf's value";
+    {
+        let env = Environment::open(dir.path(), Options::default()).expect("open");
+        let mut wtx = env.begin_write().expect("write");
+        let mut t = wtx.open_tree("t").expect("tree");
+        t.insert(b"k", marker).expect("insert");
+        drop(t);
+        wtx.commit().expect("commit");
+    }
+    common::damage_page_holding(dir.path(), &marker);
+    let env = Environment::open(dir.path(), Options::default()).expect("reopen");
+    let mut wtx = env.begin_write().expect("write");
+    wtx.open_tree("other")
+        .expect("tree")
+        .insert(b"x", b"y")
+        .expect("insert elsewhere");
+    let inserted = wtx.open_tree("t").expect("tree").insert(b"k2", b"v");
+    assert!(
+        matches!(inserted, Err(Error::Corruption { .. })),
+        "{inserted:?}"
+    );
+    assert!(wtx.commit().is_err(), "a failed insert cannot commit");
+}

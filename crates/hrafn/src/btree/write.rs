@@ -586,7 +586,7 @@ fn drop_nested<S: PageStore>(
                     ValueRef::Overflow {
                         first_page,
                         len_bytes,
-                    } => runs.push((first_page, overflow_page_count(len_bytes))),
+                    } => runs.push((first_page, len_bytes)),
                     ValueRef::Tree(bytes) => nested.push(TreeHeader::decode(bytes, page_number)?),
                     ValueRef::Inline(_) | ValueRef::Embedded(_) => {}
                 }
@@ -594,8 +594,8 @@ fn drop_nested<S: PageStore>(
             if set && !nested.is_empty() {
                 return Err(corrupt(page_number, "a set's tree holds a nested tree"));
             }
-            for (first, count) in runs {
-                store.free(first, count);
+            for (first_page, len_bytes) in runs {
+                free_overflow(store, first_page, len_bytes)?;
             }
             let sets = tree.kind == super::TreeKind::Multi;
             for header in nested {
@@ -618,13 +618,30 @@ fn free_value_at<S: PageStore>(store: &mut S, leaf: u64, i: usize, set: bool) ->
         ValueRef::Overflow {
             first_page,
             len_bytes,
-        } => store.free(first_page, overflow_page_count(len_bytes)),
+        } => free_overflow(store, first_page, len_bytes)?,
         ValueRef::Tree(bytes) => {
             let header = TreeHeader::decode(bytes, leaf)?;
             drop_nested(store, &header, 1, set)?;
         }
         ValueRef::Inline(_) | ValueRef::Embedded(_) => {}
     }
+    Ok(())
+}
+
+/// Frees the overflow run an entry names, once its first page shows it is that run: a
+/// damaged reference must not free live pages, which a later transaction would reuse.
+fn free_overflow<S: PageStore>(store: &mut S, first_page: u64, len_bytes: u64) -> Result<()> {
+    let run = store.page(first_page)?;
+    if len_bytes > crate::limits::VALUE_SIZE_MAX_BYTES as u64
+        || crate::page::kind(run, first_page)? != PageKind::Overflow
+        || crate::page::get_u64(run, OFFSET_AUX) != len_bytes
+    {
+        return Err(corrupt(
+            first_page,
+            "overflow run does not match its reference",
+        ));
+    }
+    store.free(first_page, overflow_page_count(len_bytes));
     Ok(())
 }
 
@@ -650,7 +667,12 @@ fn make_room(page: &mut [u8], need: usize, leaf: bool, page_number: u64) -> Resu
     if node::free_bytes(page) >= need {
         return Ok(true);
     }
-    if node::NODE_CAPACITY_BYTES - node::used_bytes(page, leaf, page_number)? >= need {
+    let used = node::used_bytes(page, leaf, page_number)?;
+    // More used than a node holds: entries overlap, which only damage does.
+    let unused = node::NODE_CAPACITY_BYTES
+        .checked_sub(used)
+        .ok_or_else(|| corrupt(page_number, "entries larger than the node"))?;
+    if unused >= need {
         node::compact(page, leaf, page_number)?;
         return Ok(true);
     }
@@ -875,6 +897,17 @@ fn rebalance<S: PageStore>(
         let separator = node::branch_entry(parent_page, separator_index, parent)?
             .0
             .to_vec();
+        // The sibling comes from the parent alone: only a node of the same kind, sound as
+        // far as its header goes, may be merged with this one.
+        let sibling = if left == page_number { right } else { left };
+        let sibling_page = store.page(sibling)?;
+        node::validate_header(sibling_page, sibling)?;
+        if node::is_leaf(sibling_page, sibling)? != leaf {
+            return Err(corrupt(
+                sibling,
+                "siblings of different kinds (leaves at two depths)",
+            ));
+        }
         let right_bytes = store.page(right)?[..PAGE_SIZE_BYTES].to_vec();
         let left_used = node::used_bytes(store.page(left)?, leaf, left)?;
         let right_used = node::used_bytes(&right_bytes, leaf, right)?;

@@ -1148,7 +1148,14 @@ impl<'t, 'env> TreeMut<'t, 'env> {
         }
         let mut header = self.header();
         let mut hint = std::mem::take(&mut self.txn.trees[self.index].insert_hint);
-        let replaced = tree_write::insert_hinted(self.txn, &mut header, key, value, &mut hint)?;
+        // A failure other than the refusal to put a value over a nested tree (checked
+        // before anything changes) may come after a split or an old value's pages were
+        // freed: the transaction must not commit that half.
+        let replaced = match tree_write::insert_hinted(self.txn, &mut header, key, value, &mut hint)
+        {
+            Err(e @ Error::WrongTreeKind { .. }) => return Err(e),
+            result => self.txn.fail_on_error(result)?,
+        };
         self.txn.trees[self.index].insert_hint = hint;
         self.set_header(header)?;
         Ok(replaced)
