@@ -505,10 +505,11 @@ fn a_damaged_overflow_reference_frees_nothing() {
     {
         let env = Environment::open(dir.path(), Options::default()).expect("open");
         let mut wtx = env.begin_write().expect("begin");
-        let mut t = wtx.open_tree("t").expect("tree");
-        t.insert(b"big", vec![0u8; 20_000]).expect("insert");
-        t.insert(b"small", b"v").expect("insert");
-        drop(t);
+        {
+            let mut t = wtx.open_tree("t").expect("tree");
+            t.insert(b"big", vec![0u8; 20_000]).expect("insert");
+            t.insert(b"small", b"v").expect("insert");
+        }
         wtx.commit().expect("commit");
     }
     let path = dir.path().join(hrafn::DATA_FILE);
@@ -550,9 +551,10 @@ fn an_insert_that_meets_damage_fails_the_transaction() {
     {
         let env = Environment::open(dir.path(), Options::default()).expect("open");
         let mut wtx = env.begin_write().expect("write");
-        let mut t = wtx.open_tree("t").expect("tree");
-        t.insert(b"k", marker).expect("insert");
-        drop(t);
+        wtx.open_tree("t")
+            .expect("tree")
+            .insert(b"k", marker)
+            .expect("insert");
         wtx.commit().expect("commit");
     }
     common::damage_page_holding(dir.path(), &marker);
