@@ -90,7 +90,7 @@ impl EdgeBatch {
             .into_iter()
             .map(|(edge, props)| encode_or_empty(props).map(|p| (edge, p)))
             .collect::<Result<Vec<_>>>()?;
-        let rank = Arc::new(type_ranks(&types));
+        let rank = type_ranks(&types);
         Ok(EdgeBatch::ranked(types, &rank, edges))
     }
 

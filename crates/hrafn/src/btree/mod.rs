@@ -257,6 +257,25 @@ pub fn get_stored<'a, S: PageSource<'a>>(
     ))
 }
 
+/// Checks that `run` (from its first page on) is the overflow run that a reference of
+/// `len_bytes` at `first_page` names: read through, or freed, only then.
+///
+/// # Errors
+/// [`crate::Error::Corruption`] when it is not.
+#[inline]
+pub(crate) fn check_overflow_run(run: &[u8], first_page: u64, len_bytes: u64) -> Result<()> {
+    if len_bytes > crate::limits::VALUE_SIZE_MAX_BYTES as u64
+        || crate::page::kind(run, first_page)? != PageKind::Overflow
+        || get_u64(run, OFFSET_AUX) != len_bytes
+    {
+        return Err(corrupt(
+            first_page,
+            "overflow run does not match its reference",
+        ));
+    }
+    Ok(())
+}
+
 /// The bytes of a leaf value, following an overflow reference.
 ///
 /// # Errors
@@ -270,14 +289,7 @@ pub fn resolve_value<'a, S: PageSource<'a>>(src: S, value: ValueRef<'a>) -> Resu
             len_bytes,
         } => {
             let run = src.page(first_page)?;
-            if crate::page::kind(run, first_page)? != PageKind::Overflow
-                || get_u64(run, OFFSET_AUX) != len_bytes
-            {
-                return Err(corrupt(
-                    first_page,
-                    "overflow run does not match its reference",
-                ));
-            }
+            check_overflow_run(run, first_page, len_bytes)?;
             let end = usize::try_from(len_bytes)
                 .ok()
                 .and_then(|n| n.checked_add(PAGE_HEADER_SIZE_BYTES))

@@ -631,16 +631,7 @@ fn free_value_at<S: PageStore>(store: &mut S, leaf: u64, i: usize, set: bool) ->
 /// Frees the overflow run an entry names, once its first page shows it is that run: a
 /// damaged reference must not free live pages, which a later transaction would reuse.
 fn free_overflow<S: PageStore>(store: &mut S, first_page: u64, len_bytes: u64) -> Result<()> {
-    let run = store.page(first_page)?;
-    if len_bytes > crate::limits::VALUE_SIZE_MAX_BYTES as u64
-        || crate::page::kind(run, first_page)? != PageKind::Overflow
-        || crate::page::get_u64(run, OFFSET_AUX) != len_bytes
-    {
-        return Err(corrupt(
-            first_page,
-            "overflow run does not match its reference",
-        ));
-    }
+    super::check_overflow_run(store.page(first_page)?, first_page, len_bytes)?;
     store.free(first_page, overflow_page_count(len_bytes));
     Ok(())
 }

@@ -751,6 +751,8 @@ pub(crate) fn extend_file(
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     /// A device that reports a failed writeback once (as Linux does per open file) is
     /// told to the second caller too.
     #[test]
@@ -767,8 +769,6 @@ mod tests {
         assert!(file.sync_data().is_ok(), "the device says it once");
         assert!(gate.sync(&*file).is_err(), "the gate says it again");
     }
-
-    use super::*;
 
     /// Records of every kind read back as they were given: compressed; stored raw from
     /// the record's own buffer; stored raw through the write buffer (a payload that

@@ -41,6 +41,13 @@ pub fn is_scratch_file_name(name: &str) -> bool {
         .is_some_and(|stem| stem.len() == 19 && stem.bytes().all(|b| b.is_ascii_digit()))
 }
 
+/// The size of a new scratch file for a copy of `len` bytes, if making it keeps scratch
+/// within `limit_bytes` (memory copies and files counted whole).
+fn new_file_size_bytes(usage: &ScratchUsage, len: usize, limit_bytes: u64) -> Option<usize> {
+    let size = scratch_file_size_bytes(limit_bytes).max(len);
+    (usage.held_bytes() + size as u64 <= limit_bytes).then_some(size)
+}
+
 /// Removes scratch files left by an earlier process (their contents died with it).
 ///
 /// # Errors
@@ -146,19 +153,13 @@ impl Spiller {
         limit_bytes: u64,
     ) -> io::Result<Option<PageBuf>> {
         let len = bytes.len();
-        let current = self
-            .current
-            .as_ref()
-            .and_then(|(file, at)| Some((file.upgrade()?, *at)))
-            .filter(|(file, at)| at + len <= file.bytes().len());
         // A full file lives on while its copies do.
-        let (file, at) = match current {
+        let (file, at) = match self.room_in_current(len) {
             Some(current) => current,
             None => {
-                let size = scratch_file_size_bytes(limit_bytes).max(len);
-                if usage.held_bytes() + size as u64 > limit_bytes {
+                let Some(size) = new_file_size_bytes(usage, len, limit_bytes) else {
                     return Ok(None);
-                }
+                };
                 self.next_number += 1;
                 let file = ScratchFile::create(storage, self.next_number, size, usage)?;
                 (Arc::new(file), 0)
@@ -169,10 +170,18 @@ impl Spiller {
         Ok(Some(PageBuf::in_file(file, at, len, usage)))
     }
 
+    /// The file being filled and where a copy of `len` bytes goes in it, if it is alive and
+    /// has that room.
+    fn room_in_current(&self, len: usize) -> Option<(Arc<ScratchFile>, usize)> {
+        let (file, at) = self.current.as_ref()?;
+        let file = file.upgrade()?;
+        (at + len <= file.bytes().len()).then_some((file, *at))
+    }
+
     /// Copies in-memory buffers of `ptt` into scratch files, oldest versions first, until
     /// about `bytes_wanted` are copied, or until a new file would take scratch past
-    /// `limit_bytes` (the rest stays in memory, and writers wait for room). A buffer is found through its first page (a run of
-    /// an overflow value is one buffer); [`swap_in`] then moves only the pages that still
+    /// `limit_bytes` (the rest stays in memory, and writers wait for room). A buffer is
+    /// found through its first page (a run of an overflow value is one buffer); [`swap_in`] then moves only the pages that still
     /// map to it, so a run whose first page was reused stays in memory until it is
     /// flushed.
     ///
@@ -190,13 +199,8 @@ impl Spiller {
     ) -> io::Result<()> {
         // Nothing can go anywhere: skip the scan of the whole table, which a flusher kicked
         // by writers waiting for room would otherwise repeat every few milliseconds.
-        let room_in_current = self
-            .current
-            .as_ref()
-            .and_then(|(file, at)| Some((file.upgrade()?, *at)))
-            .is_some_and(|(file, at)| at + PAGE_SIZE_BYTES <= file.bytes().len());
-        if !room_in_current
-            && usage.held_bytes() + scratch_file_size_bytes(limit_bytes) as u64 > limit_bytes
+        if self.room_in_current(PAGE_SIZE_BYTES).is_none()
+            && new_file_size_bytes(usage, PAGE_SIZE_BYTES, limit_bytes).is_none()
         {
             return Ok(());
         }
