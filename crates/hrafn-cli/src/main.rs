@@ -234,6 +234,19 @@ impl From<std::io::Error> for Failure {
     }
 }
 
+/// For commands whose output is a copy to load back (`dump`, `ts export`): a reader that
+/// closed the pipe has an incomplete copy, a failure, unlike for the commands whose output
+/// a reader may cut (`scan ... | head`), which exit 0.
+pub(crate) fn copy_cut_short(what: &str) -> impl FnOnce(Failure) -> Failure + '_ {
+    move |f| match f.code {
+        0 => fail(
+            3,
+            format!("writing the {what}: its reader closed the pipe; the {what} is incomplete"),
+        ),
+        _ => f,
+    }
+}
+
 pub(crate) fn fail(code: u8, message: impl Into<String>) -> Failure {
     Failure {
         code,
@@ -353,15 +366,7 @@ fn run(command: Command, out: &mut impl Write) -> Result<(), Failure> {
                 None => Err(fail(1, "no such key")),
             }
         }
-        // A reader that closed the pipe has an incomplete dump: a failure, unlike for the
-        // commands whose output a reader may cut (`scan ... | head`).
-        Command::Dump { dir } => dump::dump(&open(&dir)?, out).map_err(|f| match f.code {
-            0 => fail(
-                3,
-                "writing the dump: its reader closed the pipe; the dump is incomplete",
-            ),
-            _ => f,
-        }),
+        Command::Dump { dir } => dump::dump(&open(&dir)?, out).map_err(copy_cut_short("dump")),
         Command::Compact { dir, into } => compact::compact(&dir, into.as_deref(), out),
         Command::Load { dir } => {
             let open =

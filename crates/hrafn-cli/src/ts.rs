@@ -208,6 +208,7 @@ pub(crate) fn run(command: TsCommand, out: &mut impl Write) -> Result<(), Failur
                 SampleFormat::Csv => QueryFormat::Csv,
             };
             write_buffered(out, |w| write_raw(w, &series, format))
+                .map_err(crate::copy_cut_short("export"))
         }
         TsCommand::Labels { dir, name } => {
             let store = open_existing(&dir, false)?;

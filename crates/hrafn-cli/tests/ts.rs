@@ -467,3 +467,37 @@ fn retain_drops_old_chunks_and_empty_series() {
     assert_eq!(field(&report, "series deleted"), 1, "{report}");
     assert_eq!(ok(&["ts", "labels", &db]), "");
 }
+
+/// An export is a copy to ingest back: one whose reader closes the pipe early is
+/// incomplete, and `hrafn ts export` fails (it exited 0, as a cut `query` does).
+#[test]
+fn an_export_into_a_closed_pipe_fails() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut text = String::new();
+    for i in 0..40_000 {
+        text.push_str(&format!("load{{host=\"a\"}} {i} {}\n", i * 1000));
+    }
+    let file = dir.path().join("long.prom");
+    std::fs::write(&file, text).expect("write");
+    let db = dir.path().join("db");
+    ok(&["ts", "ingest", path(&db), path(&file)]);
+    let mut export = Command::new(env!("CARGO_BIN_EXE_hrafn"))
+        .args(["ts", "export", path(&db), "load"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn export");
+    {
+        use std::io::Read;
+        let mut first = [0u8; 64];
+        export
+            .stdout
+            .take()
+            .expect("stdout")
+            .read_exact(&mut first)
+            .expect("the export begins");
+    } // the reader goes away
+    let out = export.wait_with_output().expect("export");
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert!(stderr(&out).contains("incomplete"), "{out:?}");
+}
