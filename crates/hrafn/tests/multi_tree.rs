@@ -501,3 +501,43 @@ fn write_handle_lists_its_keys() -> hrafn::Result<()> {
     assert_eq!(back, [&b"rust"[..]]);
     Ok(())
 }
+
+/// A change to a multi-value tree that meets a damaged page part way fails its
+/// transaction: `remove_key` frees the set's tree page by page, and a commit after its
+/// error would leave the freed pages named by the key, for later writes to reuse.
+#[test]
+fn a_multi_tree_change_that_meets_damage_fails_the_transaction() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let marker = *b"the first value!";
+    {
+        let env = Environment::open(dir.path(), Options::default()).expect("open");
+        let mut wtx = env.begin_write().expect("write");
+        let mut m = wtx.open_multi_tree("m").expect("tree");
+        m.add(b"k", marker).expect("add");
+        for i in 0..5_000u64 {
+            m.add(b"k", format!("value {i:010}").as_bytes())
+                .expect("add");
+        }
+        wtx.commit().expect("commit");
+    }
+    // The set's first leaf: its tree is freed from the right, so the root and the other
+    // leaves are freed before the damage is met.
+    common::damage_page_holding(dir.path(), &marker);
+    let env = Environment::open(dir.path(), Options::default()).expect("reopen");
+    for change in ["remove_key", "add"] {
+        let mut wtx = env.begin_write().expect("write");
+        let mut m = wtx.open_multi_tree("m").expect("tree");
+        let outcome = match change {
+            "remove_key" => m.remove_key(b"k").map(|_| ()),
+            _ => m.add(b"k", b"a").map(|_| ()),
+        };
+        assert!(
+            matches!(outcome, Err(Error::Corruption { .. })),
+            "{change}: {outcome:?}"
+        );
+        assert!(
+            matches!(wtx.commit(), Err(Error::TransactionFailed { .. })),
+            "{change}: a failed change cannot commit"
+        );
+    }
+}

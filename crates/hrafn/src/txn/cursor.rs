@@ -2,8 +2,9 @@
 //!
 //! A write cursor keeps its position as a key, not as a path of pages: deleting at the
 //! cursor (or any change through it) may merge or free the pages a path would hold. Each
-//! step is one descent from the root, so a write cursor costs a lookup per step; read
-//! cursors ([`crate::btree::TreeCursor`]) step within leaves.
+//! step is one descent from the root (over a multi-value tree, a few: the key, its set,
+//! the value), so a write cursor costs a lookup per step; read cursors
+//! ([`crate::btree::TreeCursor`]) step within leaves.
 
 use super::fixed::{FixedTree, FixedTreeMut};
 use super::multi::{MultiTree, MultiTreeMut};
@@ -57,7 +58,8 @@ enum Place<K> {
 }
 
 /// A cursor that keeps its position as a key: over a tree open for writing (borrowing its
-/// handle; it can delete at the cursor), or over a fixed-size tree in a read transaction.
+/// handle; it can delete at the cursor), or in a read transaction over a fixed-size tree,
+/// a multi-value tree (its `(key, value)` pairs) or a table.
 ///
 /// ```
 /// # let dir = tempfile::tempdir().unwrap();

@@ -81,7 +81,8 @@ impl<'t> MultiTree<'t> {
     /// The keys in `range`, in order (use [`MultiTree::values`] to read a key's set).
     ///
     /// # Errors
-    /// Corruption met while positioning.
+    /// None here: positioning waits for the first step, so corruption met then comes as
+    /// an `Err` item of the iterator.
     pub fn keys<K: AsRef<[u8]>, R: RangeBounds<K>>(
         &self,
         range: R,
@@ -151,12 +152,17 @@ impl<'t, 'env> MultiTreeMut<'t, 'env> {
     ///
     /// # Errors
     /// [`Error::KeyTooLarge`]; [`Error::ValueTooLarge`] past
-    /// [`multi::MULTI_VALUE_SIZE_MAX_BYTES`]; scratch full; corruption.
+    /// [`multi::MULTI_VALUE_SIZE_MAX_BYTES`]; scratch full; corruption. After an error
+    /// other than a size refusal the transaction has failed: its commit returns
+    /// [`Error::TransactionFailed`].
     pub fn add(&mut self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<bool> {
         let (key, value) = (key.as_ref(), value.as_ref());
         Self::check_sizes(key, value)?;
         let mut header = self.header();
-        let added = multi::write::add(self.txn, &mut header, key, value)?;
+        // A failure may come part way (a set moved into its own tree, a split): the
+        // transaction must not commit that half, as for `TreeMut::insert`.
+        let added = multi::write::add(self.txn, &mut header, key, value);
+        let added = self.txn.fail_on_error(added)?;
         self.txn.set_tree_header(self.index, header)?;
         Ok(added)
     }
@@ -170,9 +176,9 @@ impl<'t, 'env> MultiTreeMut<'t, 'env> {
     ///
     /// # Errors
     /// As [`MultiTreeMut::add`]. A key or value too large stops the run with the pairs
-    /// before it added. After an engine error (scratch full, corruption) the transaction
-    /// is to be dropped, as after a failed [`MultiTreeMut::add`]: a run of one key's values
-    /// may be stored in part.
+    /// before it added. After an engine error (scratch full, corruption) a run of one
+    /// key's values may be stored in part, so the transaction fails, as after a failed
+    /// [`MultiTreeMut::add`].
     ///
     /// ```
     /// # fn main() -> hrafn::Result<()> {
@@ -232,6 +238,13 @@ impl<'t, 'env> MultiTreeMut<'t, 'env> {
         if let Err(error) = add_run(key.take(), &mut values) {
             outcome = Err(error);
         }
+        // A key or value too large is refused before its run changes anything; any other
+        // failure may leave a run stored in part, which must not commit.
+        if let Err(e) = &outcome
+            && !matches!(e, Error::KeyTooLarge { .. } | Error::ValueTooLarge { .. })
+        {
+            outcome = self.txn.fail_on_error(outcome);
+        }
         // The header changed with every add, also those before a failure; that failure is
         // the error to report.
         let stored = self.txn.set_tree_header(self.index, header);
@@ -243,14 +256,17 @@ impl<'t, 'env> MultiTreeMut<'t, 'env> {
     /// if it was not there.
     ///
     /// # Errors
-    /// Scratch full; corruption.
+    /// Scratch full; corruption. After an error the transaction has failed: its commit
+    /// returns [`Error::TransactionFailed`].
     pub fn remove(&mut self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<bool> {
         let (key, value) = (key.as_ref(), value.as_ref());
         if Self::check_sizes(key, value).is_err() {
             return Ok(false);
         }
         let mut header = self.header();
-        let removed = multi::write::remove(self.txn, &mut header, key, value)?;
+        // A failure may come after the set's tree changed, its count not yet stored.
+        let removed = multi::write::remove(self.txn, &mut header, key, value);
+        let removed = self.txn.fail_on_error(removed)?;
         self.txn.set_tree_header(self.index, header)?;
         Ok(removed)
     }
@@ -258,14 +274,18 @@ impl<'t, 'env> MultiTreeMut<'t, 'env> {
     /// Removes `key` with all its values. Returns how many values it held.
     ///
     /// # Errors
-    /// Scratch full; corruption.
+    /// Scratch full; corruption. After an error the transaction has failed: its commit
+    /// returns [`Error::TransactionFailed`].
     pub fn remove_key(&mut self, key: impl AsRef<[u8]>) -> Result<u64> {
         let key = key.as_ref();
         if key.len() > KEY_SIZE_MAX_BYTES {
             return Ok(0);
         }
         let mut header = self.header();
-        let removed = multi::write::remove_key(self.txn, &mut header, key)?;
+        // A failure may come after part of the set's tree was freed while the key still
+        // names it.
+        let removed = multi::write::remove_key(self.txn, &mut header, key);
+        let removed = self.txn.fail_on_error(removed)?;
         self.txn.set_tree_header(self.index, header)?;
         Ok(removed)
     }
@@ -308,7 +328,8 @@ impl<'t, 'env> MultiTreeMut<'t, 'env> {
     /// [`MultiTreeMut::values`] to read a key's set).
     ///
     /// # Errors
-    /// Corruption met while positioning.
+    /// None here: positioning waits for the first step, so corruption met then comes as
+    /// an `Err` item of the iterator.
     pub fn keys<'s, K: AsRef<[u8]>, R: RangeBounds<K>>(
         &'s self,
         range: R,
