@@ -16,6 +16,12 @@ pub const COMPACTED_CHUNK_SAMPLES: usize = 480;
 /// Series one maintenance transaction works on, so no transaction grows without bound.
 const SERIES_PER_TXN: usize = 512;
 
+/// Samples rewritten or removed after which a maintenance transaction commits before its
+/// next series: series with long histories must not make one transaction past the
+/// scratch limit (one series' own work still goes in one). A compaction every few hours
+/// of 512 series scraped every 15 s stays under it.
+const SAMPLES_PER_TXN: u64 = 1 << 18;
+
 /// What [`Store::drop_before`] removed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RetentionReport {
@@ -35,9 +41,11 @@ pub struct RetentionReport {
 pub struct CompactReport {
     /// Series whose sealed chunks were rewritten.
     pub series_rewritten: u64,
-    /// Sealed chunks before and after.
+    /// Sealed chunks rewritten: a series' run of full chunks (of
+    /// [`COMPACTED_CHUNK_SAMPLES`]) that no out-of-order sample falls into stays as it is,
+    /// so a compaction's work is in what came since the last one.
     pub chunks_before: u64,
-    /// Sealed chunks after.
+    /// Sealed chunks the rewritten ones became.
     pub chunks_after: u64,
     /// Out-of-order samples folded into chunks.
     pub out_of_order_folded: u64,
@@ -170,11 +178,11 @@ impl Store {
             .map(|(id, _)| id.0)
             .collect();
         let mut deleted = 0;
-        for batch in ids.chunks(SERIES_PER_TXN) {
-            let mut wtx = self.environment().begin_write()?;
-            deleted += delete_ids(&mut wtx, batch)?;
-            wtx.commit()?;
-        }
+        in_bounded_txns(self, &ids, |wtx, id| {
+            let (existed, samples) = delete_id(wtx, id)?;
+            deleted += u64::from(existed);
+            Ok(samples)
+        })?;
         // Cached ids of deleted series must not be trusted; appends also repair them.
         self.clear_cache();
         Ok(deleted)
@@ -182,7 +190,8 @@ impl Store {
 
     /// Rewrites each series' sealed chunks into chunks of up to [`COMPACTED_CHUNK_SAMPLES`]
     /// samples and folds in its out-of-order samples older than its open chunk: fewer,
-    /// fuller chunks take fewer bytes per sample. Series already compact are skipped.
+    /// fuller chunks take fewer bytes per sample. Series already compact are skipped, and
+    /// a series' leading full chunks stay as they are (see [`CompactReport::chunks_before`]).
     ///
     /// # Errors
     /// Engine and corruption errors, among them [`Error::Corrupt`] for sealed chunks of
@@ -190,13 +199,7 @@ impl Store {
     pub fn compact(&self) -> Result<CompactReport> {
         let mut report = CompactReport::default();
         let ids = self.all_ids()?;
-        for batch in ids.chunks(SERIES_PER_TXN) {
-            let mut wtx = self.environment().begin_write()?;
-            for &id in batch {
-                compact_series(&mut wtx, id, &mut report)?;
-            }
-            wtx.commit()?;
-        }
+        in_bounded_txns(self, &ids, |wtx, id| compact_series(wtx, id, &mut report))?;
         Ok(report)
     }
 
@@ -209,6 +212,27 @@ impl Store {
             .map(|item| item.map_err(Error::from).and_then(|(k, _)| id_from(k)))
             .collect()
     }
+}
+
+/// Runs `work` on each of `ids` in transactions of up to [`SERIES_PER_TXN`] series, each
+/// committed once the samples `work` counts pass [`SAMPLES_PER_TXN`].
+fn in_bounded_txns(
+    store: &Store,
+    ids: &[u64],
+    mut work: impl FnMut(&mut WriteTxn<'_>, u64) -> Result<u64>,
+) -> Result<()> {
+    let mut ids = ids.iter().copied().peekable();
+    while ids.peek().is_some() {
+        let mut wtx = store.environment().begin_write()?;
+        let (mut series, mut samples) = (0, 0);
+        while series < SERIES_PER_TXN && samples < SAMPLES_PER_TXN {
+            let Some(id) = ids.next() else { break };
+            samples += work(&mut wtx, id)?;
+            series += 1;
+        }
+        wtx.commit()?;
+    }
+    Ok(())
 }
 
 fn has_nested(tree: &hrafn::TreeMut<'_, '_>, id: u64) -> Result<bool> {
@@ -254,68 +278,81 @@ fn series_is_empty(wtx: &mut WriteTxn<'_>, id: u64) -> Result<bool> {
 fn delete_ids(wtx: &mut WriteTxn<'_>, ids: &[u64]) -> Result<u64> {
     let mut deleted = 0;
     for &id in ids {
-        let Some(bytes) = wtx
-            .open_tree(TREE_LABELS)?
-            .get(id_key(id))?
-            .map(<[u8]>::to_vec)
-        else {
-            continue;
-        };
-        let labels = Labels::decode(&bytes)?;
-        {
-            let mut postings = wtx.open_multi_tree(TREE_POSTINGS)?;
-            for (name, value) in labels.iter() {
-                postings.remove(posting_key(name, value), id_key(id))?;
-            }
-        }
-        wtx.open_tree(TREE_SERIES)?
-            .remove(pair_key(labels_hash(&bytes), id))?;
-        wtx.open_tree(TREE_LABELS)?.remove(id_key(id))?;
-        wtx.open_tree(TREE_HEAD)?.remove(id_key(id))?;
-        {
-            let mut ooo = wtx.open_tree(TREE_OOO)?;
-            if has_nested(&ooo, id)? {
-                ooo.remove(id_key(id))?;
-            }
-        }
-        remove_chunks(wtx, id)?;
-        deleted += 1;
+        deleted += u64::from(delete_id(wtx, id)?.0);
     }
     Ok(deleted)
 }
 
-/// Removes every sealed chunk of series `id` and its age-index entries. Returns how many.
-fn remove_chunks(wtx: &mut WriteTxn<'_>, id: u64) -> Result<u64> {
+/// Deletes series `id` entirely. Returns whether it existed and how many samples its
+/// sealed chunks held.
+fn delete_id(wtx: &mut WriteTxn<'_>, id: u64) -> Result<(bool, u64)> {
+    let Some(bytes) = wtx
+        .open_tree(TREE_LABELS)?
+        .get(id_key(id))?
+        .map(<[u8]>::to_vec)
+    else {
+        return Ok((false, 0));
+    };
+    let labels = Labels::decode(&bytes)?;
+    {
+        let mut postings = wtx.open_multi_tree(TREE_POSTINGS)?;
+        for (name, value) in labels.iter() {
+            postings.remove(posting_key(name, value), id_key(id))?;
+        }
+    }
+    wtx.open_tree(TREE_SERIES)?
+        .remove(pair_key(labels_hash(&bytes), id))?;
+    wtx.open_tree(TREE_LABELS)?.remove(id_key(id))?;
+    wtx.open_tree(TREE_HEAD)?.remove(id_key(id))?;
+    {
+        let mut ooo = wtx.open_tree(TREE_OOO)?;
+        if has_nested(&ooo, id)? {
+            ooo.remove(id_key(id))?;
+        }
+    }
     let spans = chunk_spans(wtx, id)?;
+    remove_chunks(wtx, id, &spans)?;
+    Ok((true, spans.iter().map(|&(_, _, count)| count as u64).sum()))
+}
+
+/// Removes the sealed chunks of series `id` whose spans are `spans`, and their age-index
+/// entries. Returns how many.
+fn remove_chunks(wtx: &mut WriteTxn<'_>, id: u64, spans: &[(i64, i64, usize)]) -> Result<u64> {
     {
         let mut chunks = wtx.open_tree(TREE_CHUNKS)?;
-        for &(first, _) in &spans {
+        for &(first, _, _) in spans {
             chunks.remove(chunk_key(id, first))?;
         }
     }
     let mut blocks = wtx.open_tree(TREE_BLOCKS)?;
-    for &(first, last) in &spans {
+    for &(first, last, _) in spans {
         blocks.remove(block_key(last, id, first))?;
     }
     Ok(spans.len() as u64)
 }
 
-/// `(first, last)` timestamps of series `id`'s sealed chunks, in time order.
-fn chunk_spans(wtx: &mut WriteTxn<'_>, id: u64) -> Result<Vec<(i64, i64)>> {
+/// `(first, last)` timestamps and sample counts of series `id`'s sealed chunks, in time
+/// order, read from their headers.
+fn chunk_spans(wtx: &mut WriteTxn<'_>, id: u64) -> Result<Vec<(i64, i64, usize)>> {
     let chunks = wtx.open_tree(TREE_CHUNKS)?;
     let mut spans = Vec::new();
     for item in chunks.prefix(id_key(id))? {
         let (_, bytes) = item?;
         let h = chunk::header(bytes)?;
-        spans.push((h.first_timestamp_ms, h.last_timestamp_ms));
+        spans.push((
+            h.first_timestamp_ms,
+            h.last_timestamp_ms,
+            h.sample_count as usize,
+        ));
     }
     Ok(spans)
 }
 
-fn compact_series(wtx: &mut WriteTxn<'_>, id: u64, report: &mut CompactReport) -> Result<()> {
+/// Compacts series `id` (see [`Store::compact`]). Returns the samples it rewrote.
+fn compact_series(wtx: &mut WriteTxn<'_>, id: u64, report: &mut CompactReport) -> Result<u64> {
     let head_first = match wtx.open_tree(TREE_HEAD)?.get(id_key(id))? {
         Some(open) => chunk::open_header(open)?.map(|h| h.first_timestamp_ms),
-        None => return Ok(()),
+        None => return Ok(0),
     };
     let limit = head_first.unwrap_or(i64::MAX);
     let mut extra = Vec::new();
@@ -332,20 +369,38 @@ fn compact_series(wtx: &mut WriteTxn<'_>, id: u64, report: &mut CompactReport) -
             }
         }
     }
-    let (mut samples, counts) = {
-        let chunks = wtx.open_tree(TREE_CHUNKS)?;
-        let mut samples = Vec::new();
-        let mut counts = Vec::new();
-        for item in chunks.prefix(id_key(id))? {
-            let (_, bytes) = item?;
-            let decoded = chunk::decode(bytes)?;
-            counts.push(decoded.len());
-            samples.extend(decoded);
-        }
-        (samples, counts)
-    };
+    let spans = chunk_spans(wtx, id)?;
     // Chunks that overlap cannot be rewritten as one run (`chunk::encode` needs strictly
     // increasing times); the check reports them.
+    if let Some(w) = spans.windows(2).find(|w| w[0].1 >= w[1].0) {
+        return Err(Error::Corrupt(format!(
+            "series {id}: sealed chunks overlap at {}",
+            w[1].0
+        )));
+    }
+    // Leading full chunks that no out-of-order sample falls into stay as they are.
+    let earliest_extra = extra.first().map_or(i64::MAX, |s| s.timestamp_ms);
+    let kept = spans
+        .iter()
+        .take_while(|&&(_, last, count)| count >= COMPACTED_CHUNK_SAMPLES && last < earliest_extra)
+        .count();
+    let rewritten = &spans[kept..];
+    let mergeable = rewritten
+        .windows(2)
+        .any(|w| w[0].2 + w[1].2 <= COMPACTED_CHUNK_SAMPLES);
+    if extra.is_empty() && !mergeable {
+        return Ok(0);
+    }
+    let mut samples = Vec::new();
+    {
+        let chunks = wtx.open_tree(TREE_CHUNKS)?;
+        for &(first, _, _) in rewritten {
+            let bytes = chunks
+                .get(chunk_key(id, first))?
+                .ok_or_else(|| Error::Corrupt(format!("series {id}: chunk at {first} gone")))?;
+            samples.extend(chunk::decode(bytes)?);
+        }
+    }
     if let Some(w) = samples
         .windows(2)
         .find(|w| w[0].timestamp_ms >= w[1].timestamp_ms)
@@ -355,13 +410,7 @@ fn compact_series(wtx: &mut WriteTxn<'_>, id: u64, report: &mut CompactReport) -
             w[1].timestamp_ms
         )));
     }
-    let mergeable = counts
-        .windows(2)
-        .any(|w| w[0] + w[1] <= COMPACTED_CHUNK_SAMPLES);
-    if extra.is_empty() && !mergeable {
-        return Ok(());
-    }
-    let chunks_before = remove_chunks(wtx, id)?;
+    let chunks_before = remove_chunks(wtx, id, rewritten)?;
     report.out_of_order_folded += extra.len() as u64;
     if !extra.is_empty() {
         let mut ooo = wtx.open_tree(TREE_OOO)?;
@@ -374,7 +423,7 @@ fn compact_series(wtx: &mut WriteTxn<'_>, id: u64, report: &mut CompactReport) -
             ooo.remove(id_key(id))?;
         }
     }
-    samples = overlay(samples, extra);
+    let samples = overlay(samples, extra);
     let sealed: Vec<(u64, Vec<u8>)> = samples
         .chunks(COMPACTED_CHUNK_SAMPLES)
         .map(|part| (id, chunk::encode(part)))
@@ -382,5 +431,6 @@ fn compact_series(wtx: &mut WriteTxn<'_>, id: u64, report: &mut CompactReport) -
     report.series_rewritten += 1;
     report.chunks_before += chunks_before;
     report.chunks_after += sealed.len() as u64;
-    store_sealed(wtx, &sealed)
+    store_sealed(wtx, &sealed)?;
+    Ok(samples.len() as u64)
 }

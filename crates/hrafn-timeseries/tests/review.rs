@@ -995,3 +995,69 @@ fn samples_of_one_call_count_the_same_in_any_order() {
         .expect("append");
     assert_eq!(exact(&read(&store, "up", 10, 10)), exact(&[s(10, 2.0)]));
 }
+
+/// A compaction's work is in what came since the last one: a series' leading full chunks
+/// stay as they are (it rewrote the whole series each time, since the chunks sealed after
+/// a compaction are always small enough to merge), unless a late sample falls into them.
+#[test]
+fn compaction_rewrites_only_what_came_since_the_last() {
+    let (_dir, store) = open();
+    let samples: Vec<Sample> = (0..48_000).map(|i| s(i * 1_000, i as f64)).collect();
+    store.append(&up("a"), &samples).expect("append");
+    let first = store.compact().expect("compact");
+    assert_eq!(first.chunks_after, 100, "{first:?}");
+    let more: Vec<Sample> = (48_000..48_360).map(|i| s(i * 1_000, i as f64)).collect();
+    store.append(&up("a"), &more).expect("append");
+    let second = store.compact().expect("compact");
+    assert_eq!(second.series_rewritten, 1, "{second:?}");
+    // Of about a hundred chunks: the last compacted one if not full, and the new ones.
+    assert!(second.chunks_before <= 4, "{second:?}");
+    assert!(second.chunks_after <= 2, "{second:?}");
+    assert_sound(&store);
+    let all: Vec<Sample> = samples.iter().chain(&more).copied().collect();
+    // The open chunk holds the newest samples; every stored one reads back.
+    let got = read(&store, "up", i64::MIN, i64::MAX);
+    assert_eq!(exact(&got[..all.len()]), exact(&all));
+    // A late sample inside the 98th full chunk (within the out-of-order window of the
+    // newest): the chunks from there on are rewritten, the 97 before stay.
+    let late = s(47_000 * 1_000 + 500, -1.0);
+    let r = store.append(&up("a"), &[late]).expect("late");
+    assert_eq!(r.out_of_order, 1, "{r:?}");
+    let third = store.compact().expect("compact");
+    assert_eq!(third.out_of_order_folded, 1, "{third:?}");
+    assert!(third.chunks_before <= 4, "{third:?}");
+    let mut want = all.clone();
+    want.insert(47_001, late);
+    let got = read(&store, "up", i64::MIN, i64::MAX);
+    assert_eq!(exact(&got[..want.len()]), exact(&want));
+    assert_sound(&store);
+}
+
+/// A maintenance pass over many series with long histories commits before a transaction
+/// grows past the scratch limit (it took 512 series per transaction whatever their size).
+#[test]
+fn compaction_and_deletion_of_long_series_fit_a_small_scratch_limit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let opts = StoreOptions {
+        environment: hrafn::Options::default()
+            .durability(hrafn::Durability::None)
+            .scratch_limit_bytes(16 << 20),
+        ..StoreOptions::default()
+    };
+    let store = Store::open(dir.path(), opts).expect("open");
+    let samples: Vec<Sample> = (0..24_000)
+        .map(|i| s(i * 15_000, (i as f64).sin()))
+        .collect();
+    for host in 0..100 {
+        store
+            .append(&up(&format!("h{host:03}")), &samples)
+            .expect("append");
+    }
+    let c = store.compact().expect("compact");
+    assert_eq!(c.series_rewritten, 100, "{c:?}");
+    assert_sound(&store);
+    let sel = parse_selector("up").expect("selector");
+    assert_eq!(store.delete_series(&sel).expect("delete"), 100);
+    assert!(store.series(&sel).expect("series").is_empty());
+    assert_sound(&store);
+}
