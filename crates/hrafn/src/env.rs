@@ -669,6 +669,13 @@ impl Environment {
         }
         let journal_index = Mutex::new(JournalIndex::default());
         let next_journal = replayed.highest_journal_number.max(header.journal_number) + 1;
+        if next_journal > header::COUNTER_MAX {
+            // A header that names it could not be read back.
+            return Err(Error::corruption(
+                CorruptionSite::Environment,
+                format!("journal number {next_journal} is past what a header holds"),
+            ));
+        }
         // The header moves replay to the (still empty) next journal first; only then are
         // the old journals unnecessary, and the writer can start by reusing one of them.
         let new_header = Header {
@@ -764,7 +771,8 @@ impl Environment {
     /// Opens the environment in directory `path` read-only: recovery runs in memory and
     /// nothing in the directory changes but this process's slot in the `LOCK` file. It
     /// can open an environment another process has open for writing; it sees the state of
-    /// the last durable commit at the time it opens (reopen to see later ones), and while
+    /// the last commit whose record was in the journal at the time it opens (reopen to see
+    /// later ones; a non-durable commit there may still be lost to a power cut), and while
     /// it is open that process's flusher keeps newer page versions in scratch (as for a
     /// long-lived reader).
     ///

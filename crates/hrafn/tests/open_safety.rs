@@ -191,3 +191,41 @@ fn a_header_counting_fewer_pages_than_the_meta_page_is_refused() {
     );
     assert_eq!(files(dir.path()), before, "the failed open changed files");
 }
+
+/// Files in `journal/` under names the engine does not write are not journals: a number
+/// past what a header holds made the open write a header no later open could read, and a
+/// signed number was listed as a journal that opening by number then did not find.
+#[test]
+fn stray_journal_names_are_not_journals() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    {
+        let env = Environment::open(dir.path(), Options::default()).expect("open");
+        let mut wtx = env.begin_write().expect("write");
+        wtx.open_tree("t")
+            .expect("tree")
+            .insert(b"k", b"1")
+            .expect("insert");
+        wtx.commit().expect("commit");
+    }
+    for name in ["9999999999999999999.journal", "+000000000000000001.journal"] {
+        std::fs::write(dir.path().join("journal").join(name), b"").expect("stray file");
+    }
+    for value in [b"2", b"3"] {
+        let env = Environment::open(dir.path(), Options::default()).expect("reopen");
+        let mut wtx = env.begin_write().expect("write");
+        wtx.open_tree("t")
+            .expect("tree")
+            .insert(b"k", value)
+            .expect("insert");
+        wtx.commit().expect("commit");
+    }
+    let env = Environment::open(dir.path(), Options::default()).expect("reopen");
+    let rtx = env.begin_read().expect("read");
+    let got = rtx
+        .open_tree("t")
+        .expect("tree")
+        .get(b"k")
+        .expect("get")
+        .map(<[u8]>::to_vec);
+    assert_eq!(got.as_deref(), Some(&b"3"[..]));
+}

@@ -5,7 +5,7 @@
 //! |---|---|---|
 //! | 0 | 8 | magic `HRAFNJR1` |
 //! | 8 | 4 | format version |
-//! | 12 | 4 | flags (bit 0: payload is LZ4-compressed; bit 1: written without sync) |
+//! | 12 | 4 | flags (bit 0: payload is LZ4-compressed; bit 1: written through the page cache, not `O_DIRECT`; see `docs/format.md`) |
 //! | 16 | 8 | transaction id |
 //! | 24 | 8 | journal number of the file the record was written into |
 //! | 32 | 8 | previous record's checksum (hash chain) |

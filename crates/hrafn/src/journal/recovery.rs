@@ -380,13 +380,29 @@ fn read_record(
     }
     let size = usize::try_from(rec.payload_size_bytes)
         .map_err(|_| Error::corruption(site.clone(), "payload too large"))?;
-    payload.resize(size, 0);
+    resize_or_fail(payload, size)?;
     read_exact_at(file, payload, offset + RECORD_HEADER_SIZE_BYTES as u64)
         .map_err(|e| Error::io("reading a journal payload", e))?;
     if super::record::payload_checksum(payload, rec.txn_id) != rec.payload_checksum {
         return Ok(None); // torn payload
     }
     Ok(Some(rec))
+}
+
+/// Resizes `buffer` to `size_bytes`, failing with an error where the allocator cannot give
+/// the memory (a record's sizes are checked against its file and payload, not against
+/// memory: a crafted or huge record must not abort the process).
+fn resize_or_fail(buffer: &mut Vec<u8>, size_bytes: usize) -> Result<()> {
+    if let Some(more) = size_bytes.checked_sub(buffer.len())
+        && buffer.try_reserve_exact(more).is_err()
+    {
+        return Err(Error::io(
+            format!("reading a journal record of {size_bytes} bytes"),
+            std::io::Error::from(std::io::ErrorKind::OutOfMemory),
+        ));
+    }
+    buffer.resize(size_bytes, 0);
+    Ok(())
 }
 
 fn apply(
@@ -401,7 +417,7 @@ fn apply(
     let diffs: &[u8] = if rec.flags & FLAG_COMPRESSED != 0 {
         let size = usize::try_from(rec.uncompressed_size_bytes)
             .map_err(|_| Error::corruption(site.clone(), "payload too large"))?;
-        decompressed.resize(size, 0);
+        resize_or_fail(decompressed, size)?;
         let n = lz4_flex::block::decompress_into(payload, decompressed).map_err(|e| {
             Error::corruption(site.clone(), format!("payload does not decode: {e}"))
         })?;
@@ -504,4 +520,20 @@ fn check_no_hole(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A size no allocator can give is an error, not an abort.
+    #[test]
+    fn a_record_larger_than_memory_is_an_error() {
+        let mut buffer = vec![1u8; 4];
+        assert!(resize_or_fail(&mut buffer, 1 << 62).is_err());
+        resize_or_fail(&mut buffer, 10).expect("ten bytes");
+        assert_eq!(buffer, [1, 1, 1, 1, 0, 0, 0, 0, 0, 0]);
+        resize_or_fail(&mut buffer, 2).expect("shrink");
+        assert_eq!(buffer, [1, 1]);
+    }
 }

@@ -69,13 +69,19 @@ pub fn journal_file_name(number: u64) -> String {
     format!("journal/{number:019}.journal")
 }
 
-/// Parses a journal file name (inside `journal/`) back to its number.
+/// Parses a journal file name (inside `journal/`) back to its number. Only the names
+/// [`journal_file_name`] makes count: a stray `+000…1.journal` would be listed under a
+/// name that opening it by number does not find, and a number the header cannot hold
+/// (past `COUNTER_MAX`, or at it, since the next journal must fit too) would make the
+/// open write a header no later open could read.
 pub fn parse_journal_file_name(name: &str) -> Option<u64> {
     let stem = name.strip_suffix(".journal")?;
-    if stem.len() != 19 {
+    if stem.len() != 19 || !stem.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    stem.parse().ok()
+    stem.parse()
+        .ok()
+        .filter(|&number| number < crate::header::COUNTER_MAX)
 }
 
 /// Where a committed record ends, kept until a sync covers it.
@@ -896,6 +902,14 @@ mod tests {
             Some(42)
         );
         assert_eq!(parse_journal_file_name("x.journal"), None);
+        // Not names this engine writes: a sign, a number past what a header holds.
+        assert_eq!(parse_journal_file_name("+000000000000000001.journal"), None);
+        assert_eq!(parse_journal_file_name("9999999999999999999.journal"), None);
+        let last = crate::header::COUNTER_MAX - 1;
+        assert_eq!(
+            parse_journal_file_name(journal_file_name(last).trim_start_matches("journal/")),
+            Some(last)
+        );
     }
 
     #[test]
