@@ -148,7 +148,9 @@ impl Environment {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] if `path` holds files; I/O errors writing the backup
-    /// (the source is not changed); corruption met reading pages.
+    /// (the source is not changed); corruption of the meta page. Other pages are copied as
+    /// they are, unchecked (free pages may hold anything): run [`Environment::check`]
+    /// first, or `hrafn verify --deep` on the backup, to find damage before it is needed.
     pub fn backup_to(&self, path: impl AsRef<Path>) -> Result<Manifest> {
         self.backup_to_with_progress(path, BackupKind::Full, &mut |_, _| {})
     }
@@ -184,12 +186,14 @@ impl Environment {
         // Before the guard is armed, so that a refusal never removes what was there
         // (`backup_into` checks again, under the backup lock).
         refuse_used(&dest)?;
+        // Armed once the backup, under the lock, found the directory still empty: a
+        // backup of another handle that took it meanwhile keeps its files.
         let mut written = Written {
             dir: path,
             made,
-            armed: true,
+            armed: false,
         };
-        let manifest = self.backup_into(&dest, kind, progress)?;
+        let manifest = self.backup_claimed(&dest, kind, progress, &mut || written.armed = true)?;
         written.armed = false;
         Ok(manifest)
     }
@@ -281,10 +285,23 @@ impl Environment {
         kind: BackupKind,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Manifest> {
+        self.backup_claimed(dest, kind, progress, &mut || {})
+    }
+
+    /// [`Environment::backup_into`], calling `claimed` once `dest` was found empty under
+    /// the backup lock: from then on what `dest` holds is this backup's.
+    fn backup_claimed(
+        &self,
+        dest: &dyn Storage,
+        kind: BackupKind,
+        progress: &mut dyn FnMut(u64, u64),
+        claimed: &mut dyn FnMut(),
+    ) -> Result<Manifest> {
         // Checked under the lock: a backup into the same directory that took it first has
         // finished by then.
         let _one_at_a_time = self.inner.backup.lock();
         refuse_used(dest)?;
+        claimed();
         let backup_point = self.inner.flush_book.lock().header.backup;
         if kind == BackupKind::Incremental && !backup_point.enabled {
             return Err(Error::InvalidArgument(
@@ -1114,7 +1131,7 @@ pub fn restore_into(
     target
         .create_dir("journal")
         .map_err(io("creating the journal directory"))?;
-    for ((storage, _), manifest) in chain.iter().zip(&manifests) {
+    for ((storage, shown), manifest) in chain.iter().zip(&manifests) {
         for f in &manifest.files {
             let kind = if f.name.starts_with("journal/") {
                 FileKind::JournalBuffered
@@ -1127,13 +1144,21 @@ pub fn restore_into(
             let dst = target
                 .open(&f.name, kind, true)
                 .map_err(io(format!("creating {}", f.name)))?;
-            copy_range(
+            let copied = copy_range(
                 &*src,
                 &*dst,
                 f.offset_bytes,
                 f.offset_bytes + f.size_bytes,
                 &mut |_| {},
             )?;
+            // The chain was verified before: bytes that differ now (failing media, a copy
+            // still being written) must not be laid down as the backup.
+            if copied != f.checksum {
+                return Err(invalid(
+                    shown,
+                    format!("{} changed while it was restored", f.name),
+                ));
+            }
             dst.sync_data().map_err(io(format!("syncing {}", f.name)))?;
         }
     }

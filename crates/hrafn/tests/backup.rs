@@ -978,3 +978,51 @@ fn two_backups_into_one_directory_leave_one_whole_backup() -> hrafn::Result<()> 
     backup::verify(&target)?;
     Ok(())
 }
+
+/// A backup that finds its directory taken by another backup while it waited for the
+/// backup lock refuses without removing what the other one wrote (its clean-up was
+/// armed before that check and emptied the directory).
+#[test]
+fn a_backup_refused_under_the_lock_removes_nothing() -> hrafn::Result<()> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = Environment::open(dir.path().join("db"), Options::default())?;
+    let mut wtx = env.begin_write()?;
+    wtx.open_tree("t")?.insert(b"k", [1u8; 100])?;
+    wtx.commit()?;
+    let (first, second) = (dir.path().join("first"), dir.path().join("second"));
+    let (holding, release) = (AtomicBool::new(false), AtomicBool::new(false));
+    std::thread::scope(|scope| -> hrafn::Result<()> {
+        let env = &env;
+        let (holding, release, first) = (&holding, &release, &first);
+        // Holds the backup lock until released.
+        let slow = scope.spawn(move || {
+            env.backup_to_with_progress(first, BackupKind::Full, &mut |_, _| {
+                holding.store(true, Ordering::SeqCst);
+                while !release.load(Ordering::SeqCst) {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+            })
+        });
+        while !holding.load(Ordering::SeqCst) {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let waiting = scope.spawn(|| env.backup_to(&second));
+        // The second backup passed its first check (the directory was empty) and waits
+        // for the lock; another backup's file appears meanwhile.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        std::fs::write(second.join("data.hrafn"), b"another backup's").expect("write");
+        release.store(true, Ordering::SeqCst);
+        slow.join().expect("first backup")?;
+        let refused = waiting.join().expect("second backup");
+        assert!(
+            matches!(refused, Err(Error::InvalidArgument(_))),
+            "{refused:?}"
+        );
+        Ok(())
+    })?;
+    assert_eq!(
+        std::fs::read(second.join("data.hrafn")).expect("the other backup's file stays"),
+        b"another backup's"
+    );
+    Ok(())
+}
