@@ -167,10 +167,11 @@ pub(crate) fn run(command: TsCommand, out: &mut impl Write) -> Result<(), Failur
             let matchers = selector_matchers(&selector)?;
             let store = open_existing(&dir, false)?;
             let Some(step) = step else {
-                let series = store
-                    .select(&matchers, start, end)
-                    .map_err(|e| ts_fail(e, "querying"))?;
-                return write_buffered(out, |w| write_raw(w, &series, format));
+                return write_buffered(out, "querying", |w| {
+                    write_raw(w, format, |each| {
+                        store.select_each(&matchers, start, end, each)
+                    })
+                });
             };
             let mut query = RangeQuery::new(&selector, start, end, step)
                 .map_err(|e| ts_fail(e, format_args!("selector {selector:?}")))?;
@@ -187,7 +188,7 @@ pub(crate) fn run(command: TsCommand, out: &mut impl Write) -> Result<(), Failur
             let result = store
                 .query_range(&query)
                 .map_err(|e| ts_fail(e, "querying"))?;
-            write_buffered(out, |w| write_steps(w, &result, format))
+            write_buffered(out, "writing output", |w| write_steps(w, &result, format))
         }
         TsCommand::Export {
             dir,
@@ -200,15 +201,16 @@ pub(crate) fn run(command: TsCommand, out: &mut impl Write) -> Result<(), Failur
             check_range(start, end)?;
             let matchers = selector_matchers(&selector)?;
             let store = open_existing(&dir, false)?;
-            let series = store
-                .select(&matchers, start, end)
-                .map_err(|e| ts_fail(e, "exporting"))?;
             let format = match format {
                 SampleFormat::Prom => QueryFormat::Text,
                 SampleFormat::Csv => QueryFormat::Csv,
             };
-            write_buffered(out, |w| write_raw(w, &series, format))
-                .map_err(crate::copy_cut_short("export"))
+            write_buffered(out, "exporting", |w| {
+                write_raw(w, format, |each| {
+                    store.select_each(&matchers, start, end, each)
+                })
+            })
+            .map_err(crate::copy_cut_short("export"))
         }
         TsCommand::Labels { dir, name } => {
             let store = open_existing(&dir, false)?;
@@ -217,7 +219,7 @@ pub(crate) fn run(command: TsCommand, out: &mut impl Write) -> Result<(), Failur
                 None => store.label_names(),
             }
             .map_err(|e| ts_fail(e, "reading the label index"))?;
-            write_buffered(out, |w| {
+            write_buffered(out, "writing output", |w| {
                 for item in &list {
                     writeln!(w, "{item}")?;
                 }
@@ -325,46 +327,56 @@ fn open_existing(dir: &Path, writable: bool) -> Result<Store, Failure> {
 /// Runs `body` on a buffered `out` (the outputs can be large) and flushes it.
 fn write_buffered(
     out: &mut impl Write,
+    context: &str,
     body: impl FnOnce(&mut BufWriter<&mut dyn Write>) -> Result<(), TsError>,
 ) -> Result<(), Failure> {
     let out: &mut dyn Write = out;
     let mut w = BufWriter::with_capacity(1 << 16, out);
-    body(&mut w).map_err(|e| ts_fail(e, "writing output"))?;
+    body(&mut w).map_err(|e| ts_fail(e, context))?;
     w.flush()?;
     Ok(())
 }
 
 /// Samples as the store holds them: exposition text (round-trips through `ingest`), CSV
-/// (likewise) or JSON. Series without samples in the range are left out.
+/// (likewise) or JSON. Series without samples in the range are left out. `select` hands
+/// each series to the writer as it is read ([`Store::select_each`]), so an export of
+/// everything holds one series at a time.
 fn write_raw(
     w: &mut impl Write,
-    series: &[(Labels, Vec<Sample>)],
     format: QueryFormat,
+    select: impl FnOnce(
+        &mut dyn FnMut(Labels, Vec<Sample>) -> Result<(), TsError>,
+    ) -> Result<(), TsError>,
 ) -> Result<(), TsError> {
-    let series = series.iter().filter(|(_, samples)| !samples.is_empty());
     match format {
-        QueryFormat::Text => {
-            for (labels, samples) in series {
-                text::write_exposition(w, labels, samples)?;
+        QueryFormat::Text => {}
+        QueryFormat::Csv => text::write_csv_header(w)?,
+        QueryFormat::Json => write!(w, "[")?,
+    }
+    let mut first = true;
+    select(&mut |labels, samples| {
+        if samples.is_empty() {
+            return Ok(());
+        }
+        match format {
+            QueryFormat::Text => text::write_exposition(w, &labels, &samples)?,
+            QueryFormat::Csv => text::write_csv(w, &labels, &samples)?,
+            QueryFormat::Json => {
+                if !first {
+                    write!(w, ",")?;
+                }
+                let series = json_series(
+                    labels.iter(),
+                    samples.iter().map(|s| (s.timestamp_ms, s.value)),
+                );
+                write!(w, "{series}")?;
             }
         }
-        QueryFormat::Csv => {
-            text::write_csv_header(w)?;
-            for (labels, samples) in series {
-                text::write_csv(w, labels, samples)?;
-            }
-        }
-        QueryFormat::Json => {
-            let all: Vec<serde_json::Value> = series
-                .map(|(labels, samples)| {
-                    json_series(
-                        labels.iter(),
-                        samples.iter().map(|s| (s.timestamp_ms, s.value)),
-                    )
-                })
-                .collect();
-            writeln!(w, "{}", serde_json::Value::Array(all))?;
-        }
+        first = false;
+        Ok(())
+    })?;
+    if format == QueryFormat::Json {
+        writeln!(w, "]")?;
     }
     Ok(())
 }

@@ -96,6 +96,31 @@ fn ingested_samples_query_raw_and_by_step() {
         up,
         "up{job=\"api\"} 1 1000\nup{job=\"api\"} 0.5 1500\nup{job=\"api\"} 0 2000\n"
     );
+    // Raw samples as JSON, one element per series with samples in the range.
+    let json = ok(&[
+        "ts",
+        "query",
+        &db,
+        "http_requests_total",
+        "--start",
+        "0",
+        "--end",
+        "1500",
+        "--format",
+        "json",
+    ]);
+    let parsed: serde_json::Value = serde_json::from_str(&json).expect("JSON output");
+    assert_eq!(
+        parsed,
+        serde_json::json!([
+            { "labels": { "__name__": "http_requests_total", "code": "200", "job": "api" },
+              "points": [[1000, 10.0]] },
+            { "labels": { "__name__": "http_requests_total", "code": "500", "job": "api" },
+              "points": [[1000, 1.0]] },
+            { "labels": { "__name__": "http_requests_total", "code": "200", "job": "web" },
+              "points": [[1000, 5.0]] }
+        ])
+    );
 
     let summed = ok(&[
         "ts",

@@ -16,5 +16,5 @@ pub use chunk::Sample;
 pub use error::{Error, Result};
 pub use labels::Labels;
 pub use maintenance::{COMPACTED_CHUNK_SAMPLES, CompactReport, RetentionReport};
-pub use query::{Aggregation, QuerySeries, RangeQuery};
+pub use query::{Aggregation, QUERY_POINTS_MAX, QuerySeries, RangeQuery};
 pub use store::{AppendReport, LABEL_PAIR_MAX_BYTES, SeriesId, Store, StoreOptions};

@@ -69,6 +69,9 @@ pub struct RangeQuery {
     pub aggregation: Option<Aggregation>,
     /// Labels that form the groups (all series form one group when empty).
     pub by: Vec<String>,
+    /// Most points the result may hold ([`QUERY_POINTS_MAX`] unless set): a query past it
+    /// is refused before it takes the memory.
+    pub max_points: u64,
 }
 
 impl RangeQuery {
@@ -85,7 +88,14 @@ impl RangeQuery {
             rate_window_ms: None,
             aggregation: None,
             by: Vec::new(),
+            max_points: QUERY_POINTS_MAX,
         })
+    }
+
+    /// Refuses the query once its result would hold more than `max_points` points.
+    pub fn max_points(mut self, max_points: u64) -> RangeQuery {
+        self.max_points = max_points;
+        self
     }
 
     /// Takes each series' rate over `window_ms` instead of its value.
@@ -299,13 +309,33 @@ impl Store {
         start_ms: i64,
         end_ms: i64,
     ) -> Result<Vec<(Labels, Vec<Sample>)>> {
+        let mut all = Vec::new();
+        self.select_each(matchers, start_ms, end_ms, |labels, samples| {
+            all.push((labels, samples));
+            Ok(())
+        })?;
+        Ok(all)
+    }
+
+    /// [`Store::select`] one series at a time: `each` takes a series' labels and samples
+    /// before the next series is read, so a selection larger than memory (an export of
+    /// everything) holds one series at a time. Stops at `each`'s first error.
+    ///
+    /// # Errors
+    /// As [`Store::select`]; `each`'s error.
+    pub fn select_each(
+        &self,
+        matchers: &[Matcher],
+        start_ms: i64,
+        end_ms: i64,
+        mut each: impl FnMut(Labels, Vec<Sample>) -> Result<()>,
+    ) -> Result<()> {
         let rtx = self.environment().begin_read()?;
         let trees = Trees::open(&rtx)?;
-        trees
-            .select(matchers)?
-            .into_iter()
-            .map(|(id, labels)| Ok((labels, trees.samples(id, start_ms, end_ms)?)))
-            .collect()
+        for (id, labels) in trees.select(matchers)? {
+            each(labels, trees.samples(id, start_ms, end_ms)?)?;
+        }
+        Ok(())
     }
 
     /// The ids and labels of the series `matchers` select.
@@ -368,8 +398,9 @@ impl Store {
     /// Runs a range query (see [`RangeQuery`]).
     ///
     /// # Errors
-    /// [`Error::InvalidQuery`] for a step ≤ 0, an end before the start, or too many
-    /// steps; as [`Store::select`].
+    /// [`Error::InvalidQuery`] for a step ≤ 0, an end before the start, too many steps,
+    /// or a result past [`RangeQuery::max_points`] (groups × steps when aggregating);
+    /// as [`Store::select`].
     pub fn query_range(&self, q: &RangeQuery) -> Result<Vec<QuerySeries>> {
         if q.step_ms <= 0 || q.end_ms < q.start_ms {
             return Err(Error::InvalidQuery(
@@ -400,6 +431,20 @@ impl Store {
             (i128::from(q.start_ms) - i128::from(window_ms) + 1).max(i128::from(i64::MIN)) as i64;
         let mut outputs: BTreeMap<Vec<(String, String)>, Vec<Option<Acc>>> = BTreeMap::new();
         let mut raw = Vec::new();
+        // Points the result holds so far: checked before it grows, so that a valid but
+        // huge query is refused instead of exhausting memory.
+        let mut points_held: u64 = 0;
+        let mut hold = |more: u64| -> Result<()> {
+            points_held += more;
+            if points_held > q.max_points {
+                return Err(Error::InvalidQuery(format!(
+                    "the result would hold more than {} points: narrow the \
+                     range, the selection or the grouping, or take a longer step",
+                    q.max_points
+                )));
+            }
+            Ok(())
+        };
         for (id, labels) in trees.select(&q.matchers)? {
             let samples = trees.samples(id, read_from, q.end_ms)?;
             let values = step_values(
@@ -411,22 +456,30 @@ impl Store {
                 q.rate_window_ms.is_some(),
             );
             match q.aggregation {
-                None => raw.push(QuerySeries {
-                    labels: labels
-                        .iter()
-                        .map(|(n, v)| (n.to_string(), v.to_string()))
-                        .collect(),
-                    points: values
-                        .iter()
-                        .enumerate()
-                        .filter_map(|(i, v)| v.map(|v| (step_time(q.start_ms, q.step_ms, i), v)))
-                        .collect(),
-                }),
+                None => {
+                    hold(values.iter().filter(|v| v.is_some()).count() as u64)?;
+                    raw.push(QuerySeries {
+                        labels: labels
+                            .iter()
+                            .map(|(n, v)| (n.to_string(), v.to_string()))
+                            .collect(),
+                        points: values
+                            .iter()
+                            .enumerate()
+                            .filter_map(|(i, v)| {
+                                v.map(|v| (step_time(q.start_ms, q.step_ms, i), v))
+                            })
+                            .collect(),
+                    });
+                }
                 Some(_) => {
                     let group: Vec<(String, String)> =
                         q.by.iter()
                             .filter_map(|n| labels.get(n).map(|v| (n.clone(), v.to_string())))
                             .collect();
+                    if !outputs.contains_key(&group) {
+                        hold(steps as u64)?;
+                    }
                     let accs = outputs
                         .entry(group)
                         .or_insert_with(|| vec![None; steps as usize]);
@@ -458,6 +511,11 @@ impl Store {
             .collect())
     }
 }
+
+/// Most points a range query's result may hold unless [`RangeQuery::max_points`] says
+/// otherwise (Prometheus's default sample limit for a query is of the same order): about
+/// a gigabyte while aggregating.
+pub const QUERY_POINTS_MAX: u64 = 20_000_000;
 
 /// A running aggregate of one step of one group.
 #[derive(Clone, Copy, Debug)]

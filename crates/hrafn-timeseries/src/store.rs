@@ -73,7 +73,25 @@ pub struct Store {
     options: StoreOptions,
     /// Label set → id, for series known to be committed. An entry can go stale only
     /// through a deletion, which appends notice (the series has no open chunk) and repair.
-    cache: RwLock<HashMap<Labels, u64>>,
+    cache: RwLock<IdCache>,
+}
+
+/// The cached ids, and how many times they were cleared: an id resolved before a clear
+/// (by a transaction that may have run before the deletion committed) is not cached
+/// after it, where it would stay stale for `series_id` to hand out.
+#[derive(Default)]
+struct IdCache {
+    ids: HashMap<Labels, u64>,
+    generation: u64,
+}
+
+impl IdCache {
+    /// Caches `resolved` if no clear came since `generation` was read.
+    fn insert_since(&mut self, generation: u64, resolved: impl IntoIterator<Item = (Labels, u64)>) {
+        if self.generation == generation {
+            self.ids.extend(resolved);
+        }
+    }
 }
 
 /// One row of an append: a series named by labels or by id, and a sample.
@@ -120,7 +138,7 @@ impl Store {
         Ok(Store {
             env,
             options,
-            cache: RwLock::new(HashMap::new()),
+            cache: RwLock::default(),
         })
     }
 
@@ -160,7 +178,7 @@ impl Store {
         Ok(Store {
             env,
             options,
-            cache: RwLock::new(HashMap::new()),
+            cache: RwLock::default(),
         })
     }
 
@@ -199,7 +217,7 @@ impl Store {
             let cache = self.cache.read();
             rows.into_iter()
                 .map(|(labels, sample)| {
-                    let cached = cache.get(&labels).copied();
+                    let cached = cache.ids.get(&labels).copied();
                     (Target::Labels(labels, cached), sample)
                 })
                 .collect::<Vec<_>>()
@@ -226,9 +244,13 @@ impl Store {
     /// # Errors
     /// As [`Store::append`].
     pub fn series_id(&self, labels: &Labels) -> Result<SeriesId> {
-        if let Some(&id) = self.cache.read().get(labels) {
-            return Ok(SeriesId(id));
-        }
+        let generation = {
+            let cache = self.cache.read();
+            if let Some(&id) = cache.ids.get(labels) {
+                return Ok(SeriesId(id));
+            }
+            cache.generation
+        };
         check_label_sizes(labels)?;
         let owned = labels.clone();
         let (id, _) = self.env.try_submit(move |wtx| -> Result<(u64, bool)> {
@@ -236,7 +258,9 @@ impl Store {
             let id = lookup_or_create(wtx, &owned, &mut created)?;
             Ok((id, created))
         })?;
-        self.cache.write().insert(labels.clone(), id);
+        self.cache
+            .write()
+            .insert_since(generation, [(labels.clone(), id)]);
         Ok(SeriesId(id))
     }
 
@@ -249,6 +273,7 @@ impl Store {
         for l in labels {
             check_label_sizes(l)?;
         }
+        let generation = self.cache.read().generation;
         let owned: Arc<Vec<Labels>> = Arc::new(labels.to_vec());
         let shared = Arc::clone(&owned);
         let ids = self.env.try_submit(move |wtx| -> Result<Vec<u64>> {
@@ -258,14 +283,14 @@ impl Store {
                 .map(|l| lookup_or_create(wtx, l, &mut created))
                 .collect()
         })?;
-        let mut cache = self.cache.write();
-        for (l, &id) in owned.iter().zip(&ids) {
-            cache.insert(l.clone(), id);
-        }
+        self.cache
+            .write()
+            .insert_since(generation, owned.iter().cloned().zip(ids.iter().copied()));
         Ok(ids.into_iter().map(SeriesId).collect())
     }
 
     fn run_append(&self, rows: Vec<(Target, Sample)>) -> Result<AppendReport> {
+        let generation = self.cache.read().generation;
         let rows = Arc::new(rows);
         let window_ms = self.options.out_of_order_window_ms;
         let shared = Arc::clone(&rows);
@@ -273,19 +298,22 @@ impl Store {
             .env
             .try_submit(move |wtx| apply(wtx, &shared, window_ms))?;
         if !resolved.is_empty() {
-            let mut cache = self.cache.write();
-            for (row, id) in resolved {
-                if let (Target::Labels(labels, _), _) = &rows[row] {
-                    cache.insert(labels.clone(), id);
-                }
-            }
+            let resolved = resolved
+                .into_iter()
+                .filter_map(|(row, id)| match &rows[row] {
+                    (Target::Labels(labels, _), _) => Some((labels.clone(), id)),
+                    _ => None,
+                });
+            self.cache.write().insert_since(generation, resolved);
         }
         Ok(report)
     }
 
     /// Forgets cached ids (after a deletion).
     pub(crate) fn clear_cache(&self) {
-        self.cache.write().clear();
+        let mut cache = self.cache.write();
+        cache.ids.clear();
+        cache.generation += 1;
     }
 }
 
@@ -600,4 +628,42 @@ fn lookup_or_create(wtx: &mut WriteTxn<'_>, labels: &Labels, created: &mut bool)
         .insert(id_key(id), chunk::open_empty())?;
     *created = true;
     Ok(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An id resolved before a deletion cleared the cache (its transaction may have run
+    /// before the deletion committed) is not cached after the clear: `series_id` would
+    /// hand out the deleted series' id until an append by labels repaired it.
+    #[test]
+    fn an_id_resolved_before_a_clear_is_not_cached_after_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(dir.path(), StoreOptions::default()).expect("open");
+        let labels = Labels::new([("__name__", "up")]).expect("labels");
+        let before = store.cache.read().generation;
+        store.clear_cache();
+        store
+            .cache
+            .write()
+            .insert_since(before, [(labels.clone(), 7)]);
+        assert!(store.cache.read().ids.is_empty());
+        let now = store.cache.read().generation;
+        store.cache.write().insert_since(now, [(labels.clone(), 7)]);
+        assert_eq!(store.cache.read().ids.get(&labels), Some(&7));
+        // Through the API: a fresh id after a deletion is cached and appends land.
+        let sample = crate::chunk::Sample {
+            timestamp_ms: 1,
+            value: 1.0,
+        };
+        store.append(&labels, &[sample]).expect("append");
+        let id = store.series_id(&labels).expect("id");
+        let sel = crate::text::parse_selector("up").expect("selector");
+        assert_eq!(store.delete_series(&sel).expect("delete"), 1);
+        let again = store.series_id(&labels).expect("id");
+        assert_ne!(again, id);
+        let r = store.append_ids(&[(again, sample)]).expect("append");
+        assert_eq!(r.unknown_series, 0, "{r:?}");
+    }
 }

@@ -1061,3 +1061,70 @@ fn compaction_and_deletion_of_long_series_fit_a_small_scratch_limit() {
     assert!(store.series(&sel).expect("series").is_empty());
     assert_sound(&store);
 }
+
+/// A range query whose result would pass its point limit is refused before it takes the
+/// memory (groups × steps while aggregating, points held without): a million steps over
+/// thousands of groups asked for tens of gigabytes.
+#[test]
+fn a_query_past_its_point_limit_is_refused() {
+    let (_dir, store) = open();
+    for host in 0..5 {
+        store
+            .append(&up(&format!("h{host}")), &[s(0, 1.0), s(1_000, 2.0)])
+            .expect("append");
+    }
+    let q = |max_points| {
+        RangeQuery::new("up", 0, 999, 1)
+            .expect("query")
+            .max_points(max_points)
+    };
+    // 1000 steps: five groups hold 5000 points, four fit in 4999.
+    let by_host = store.query_range(&q(5_000).aggregate(Aggregation::Sum, &["host"]));
+    assert_eq!(by_host.expect("within the limit").len(), 5);
+    let refused = store.query_range(&q(4_999).aggregate(Aggregation::Sum, &["host"]));
+    assert!(
+        matches!(refused, Err(Error::InvalidQuery(_))),
+        "{refused:?}"
+    );
+    // One group: 1000 points.
+    let summed = store.query_range(&q(1_000).aggregate(Aggregation::Sum, &[]));
+    assert_eq!(summed.expect("one group").len(), 1);
+    // Without aggregation, the points with a value: each series has one at every step.
+    assert_eq!(store.query_range(&q(5_000)).expect("raw").len(), 5);
+    assert!(matches!(
+        store.query_range(&q(4_999)),
+        Err(Error::InvalidQuery(_))
+    ));
+    let default = RangeQuery::new("up", 0, 1, 1).expect("query");
+    assert_eq!(default.max_points, hrafn_timeseries::QUERY_POINTS_MAX);
+}
+
+/// `select_each` hands over the series `select` returns, in its order, one at a time,
+/// and stops at the callback's first error.
+#[test]
+fn select_each_streams_what_select_returns() {
+    let (_dir, store) = open();
+    for host in 0..4 {
+        store
+            .append(&up(&format!("h{host}")), &[s(host, 1.0)])
+            .expect("append");
+    }
+    let sel = parse_selector("up").expect("selector");
+    let all = store.select(&sel, i64::MIN, i64::MAX).expect("select");
+    let mut seen = Vec::new();
+    store
+        .select_each(&sel, i64::MIN, i64::MAX, |labels, samples| {
+            seen.push((labels, samples));
+            Ok(())
+        })
+        .expect("select_each");
+    assert_eq!(seen.len(), 4);
+    assert_eq!(format!("{seen:?}"), format!("{all:?}"));
+    let mut calls = 0;
+    let stopped = store.select_each(&sel, i64::MIN, i64::MAX, |_, _| {
+        calls += 1;
+        Err(Error::InvalidQuery("stop".into()))
+    });
+    assert!(matches!(stopped, Err(Error::InvalidQuery(_))));
+    assert_eq!(calls, 1);
+}
