@@ -38,6 +38,11 @@ pub(crate) enum TsCommand {
         /// Timestamp of exposition lines that have none [default: now].
         #[arg(long, value_name = "TIME", value_parser = parse_time, allow_hyphen_values = true)]
         default_timestamp_ms: Option<i64>,
+        /// How far behind its newest sample a series still takes samples (ms, or a
+        /// duration such as 1h, 30d); older ones are counted as too old and dropped.
+        /// Widen it to backfill, e.g. an export into a store with newer data [default: 1h].
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+        out_of_order_window: Option<i64>,
     },
     /// Prints the series SELECTOR selects. Without `--step`: their samples in
     /// [START, END]; with it: their values (or rates, or aggregates) at each step.
@@ -144,13 +149,19 @@ pub(crate) fn run(command: TsCommand, out: &mut impl Write) -> Result<(), Failur
             format,
             batch,
             default_timestamp_ms,
+            out_of_order_window,
         } => {
             let default_ts = match default_timestamp_ms {
                 Some(t) => t,
                 None => now_ms().map_err(|e| fail(3, e))?,
             };
             let batch = usize::try_from(batch).unwrap_or(usize::MAX);
-            ingest(&dir, &file, format, batch, default_ts, out)
+            let options = StoreOptions {
+                out_of_order_window_ms: out_of_order_window
+                    .unwrap_or(StoreOptions::default().out_of_order_window_ms),
+                ..StoreOptions::default()
+            };
+            ingest(&dir, &file, format, batch, default_ts, options, out)
         }
         TsCommand::Query {
             dir,
@@ -290,8 +301,8 @@ fn selector_matchers(selector: &str) -> Result<Vec<text::Matcher>, Failure> {
 }
 
 /// Opens the store in `dir` (made if missing).
-fn open_store(dir: &Path) -> Result<Store, Failure> {
-    Store::open(dir, StoreOptions::default()).map_err(|e| match e {
+fn open_store(dir: &Path, options: StoreOptions) -> Result<Store, Failure> {
+    Store::open(dir, options).map_err(|e| match e {
         TsError::Engine(hrafn::Error::Locked) => fail(
             3,
             format!(
@@ -321,7 +332,7 @@ fn open_existing(dir: &Path, writable: bool) -> Result<Store, Failure> {
         return Ok(read_only);
     }
     drop(read_only);
-    open_store(dir)
+    open_store(dir, StoreOptions::default())
 }
 
 /// Runs `body` on a buffered `out` (the outputs can be large) and flushes it.
@@ -540,6 +551,7 @@ fn ingest(
     format: Option<SampleFormat>,
     batch: usize,
     default_ts: i64,
+    options: StoreOptions,
     out: &mut impl Write,
 ) -> Result<(), Failure> {
     let stdin = file == Path::new("-");
@@ -566,7 +578,8 @@ fn ingest(
         let size = f.metadata().ok().map(|m| m.len());
         (Box::new(f), size)
     };
-    let store = open_store(dir)?;
+    let window_ms = options.out_of_order_window_ms;
+    let store = open_store(dir, options)?;
     let bar = crate::backup::progress_bar(
         "ingest [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} ETA {eta}  {msg}",
     );
@@ -625,6 +638,13 @@ fn ingest(
         t.series_created,
         ingest.read as f64 / elapsed.max(1e-9)
     )?;
+    if t.too_old > 0 {
+        eprintln!(
+            "hrafn: {} samples more than {window_ms} ms behind their series' newest were \
+             dropped; --out-of-order-window widens that",
+            t.too_old
+        );
+    }
     Ok(())
 }
 

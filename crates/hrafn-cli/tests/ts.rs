@@ -526,3 +526,52 @@ fn an_export_into_a_closed_pipe_fails() {
     assert_eq!(out.status.code(), Some(3), "{out:?}");
     assert!(stderr(&out).contains("incomplete"), "{out:?}");
 }
+
+/// Samples older than the out-of-order window are dropped with a word on standard error,
+/// and `--out-of-order-window` widens it so that older data can be backfilled.
+#[test]
+fn ingest_backfills_with_a_wider_out_of_order_window() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("db");
+    let newest = dir.path().join("newest.prom");
+    std::fs::write(&newest, "up 1 36000000\n").expect("write");
+    ok(&["ts", "ingest", path(&db), path(&newest)]);
+    let old = dir.path().join("old.prom");
+    let text: String = (0..9)
+        .map(|h| format!("up 0 {}\n", h * 3_600_000))
+        .collect();
+    std::fs::write(&old, text).expect("write");
+    let dropped = hrafn(&["ts", "ingest", path(&db), path(&old)]);
+    assert!(dropped.status.success(), "{dropped:?}");
+    assert!(
+        stdout(&dropped).starts_with("samples read 9, appended 0, out of order 0, too old 9,"),
+        "{dropped:?}"
+    );
+    assert!(
+        stderr(&dropped).contains("--out-of-order-window"),
+        "{dropped:?}"
+    );
+    let summary = ok(&[
+        "ts",
+        "ingest",
+        path(&db),
+        path(&old),
+        "--out-of-order-window",
+        "1d",
+    ]);
+    assert!(
+        summary.starts_with("samples read 9, appended 0, out of order 9, too old 0,"),
+        "{summary}"
+    );
+    let all = ok(&[
+        "ts",
+        "query",
+        path(&db),
+        "up",
+        "--start",
+        "0",
+        "--end",
+        "36000000",
+    ]);
+    assert_eq!(all.lines().count(), 10, "{all}");
+}
