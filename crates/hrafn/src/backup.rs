@@ -127,7 +127,10 @@ struct Point<'env> {
 
 impl Environment {
     /// Takes a full backup into directory `path` (created if missing; it must be empty),
-    /// while writes go on: the copy is the last commit when the backup started. With
+    /// while writes go on: the copy is the last commit when the backup started. It holds
+    /// that snapshot through the copy, as a long read transaction does, so newer page
+    /// versions wait in scratch meanwhile: a long backup under heavy writes needs room
+    /// there ([`Options::scratch_limit_bytes`]). An incremental backup holds none. With
     /// [`Options::incremental_backups`] it also starts a new chain: the next
     /// [`Environment::incremental_backup_to`] copies what is committed after it.
     ///
@@ -311,13 +314,19 @@ impl Environment {
             ));
         }
         let point = self.backup_point()?;
+        let (journal, writer_held) = (point.journal, point.writer_held);
         let mut manifest = match kind {
             BackupKind::Full => write_full(self, &point, dest, progress)?,
             BackupKind::Incremental => {
-                write_incremental(self, &point, backup_point, dest, progress)?
+                // An incremental copies journals, which stay until a backup takes them:
+                // only the snapshot's position is needed, and holding the snapshot through
+                // the copy would keep the flusher from writing newer pages meanwhile.
+                let last_txn_id = point.rtx.txn_id();
+                drop(point);
+                write_incremental(self, last_txn_id, journal, backup_point, dest, progress)?
             }
         };
-        manifest.writer_held = point.writer_held;
+        manifest.writer_held = writer_held;
         for dir in ["", "journal"] {
             if dest.exists(dir).map_err(io("listing the backup"))? {
                 dest.sync_dir(dir)
@@ -325,7 +334,7 @@ impl Environment {
             }
         }
         write_manifest(dest, &manifest)?;
-        if backup_point.enabled && point.journal.is_some() {
+        if backup_point.enabled && journal.is_some() {
             self.move_backup_point(&manifest)?;
         }
         Ok(manifest)
@@ -619,16 +628,18 @@ fn write_full(
 }
 
 /// Copies the journal bytes from the backup point to the snapshot's position.
+/// Copies the journal records after `from` up to `journal`, the position after
+/// transaction `last_txn_id`'s record.
 fn write_incremental(
     env: &Environment,
-    point: &Point<'_>,
+    last_txn_id: u64,
+    journal: Option<(JournalPosition, u64)>,
     from: BackupPoint,
     dest: &dyn Storage,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Manifest> {
     let source = &*env.inner.storage;
-    let (end, chain_checksum) = point
-        .journal
+    let (end, chain_checksum) = journal
         .ok_or_else(|| Error::InvalidArgument("an incremental backup needs the writer".into()))?;
     let start = JournalPosition {
         journal_number: from.journal_number,
@@ -694,7 +705,7 @@ fn write_incremental(
         env_id: env_id(env),
         format_version: FORMAT_VERSION,
         first_txn_id: from.txn_id + 1,
-        last_txn_id: point.rtx.txn_id(),
+        last_txn_id,
         start,
         end,
         chain_checksum,
