@@ -57,7 +57,8 @@ struct Cli {
     engines: Vec<String>,
 
     /// Write the results as a JSON array to this file. Without --json and --plot, the
-    /// results and charts go to target/hrafn-bench/<UTC time>/ under the workspace root.
+    /// results and charts go to a folder named by the UTC time under target/hrafn-bench/ in the
+    /// workspace root.
     #[arg(long)]
     json: Option<PathBuf>,
 

@@ -167,7 +167,7 @@ impl SystemPages {
     }
 }
 
-/// Free pages of one free-space section (see [`crate::freespace`]).
+/// Free pages of one free-space section (a section of the free-space map, `docs/format.md`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct SectionFree {

@@ -23,7 +23,7 @@ pub struct FileStorage {
 
 impl FileStorage {
     /// Uses `root` as the environment directory, creating it (and missing ancestors) if
-    /// needed, durably: see [`create_dirs_synced`].
+    /// needed, durably: each directory made is synced in its parent.
     ///
     /// # Errors
     /// If the directory cannot be created.

@@ -87,7 +87,7 @@ impl TreeHandle {
     /// The B+tree as `txn` sees it.
     ///
     /// # Errors
-    /// [`Error::TreeNotFound`] if `txn` does not have it; [`Error::WrongTreeKind`];
+    /// [`crate::Error::TreeNotFound`] if `txn` does not have it; [`crate::Error::WrongTreeKind`];
     /// corruption.
     pub fn tree<'t>(&self, txn: &'t ReadTxn<'_>) -> Result<Tree<'t>> {
         let header = self.header_in(txn)?;
@@ -117,8 +117,8 @@ impl TreeHandle {
     /// other handles bind in turn.
     ///
     /// # Errors
-    /// [`Error::TreeNotFound`] if `txn` does not have it (deleted since);
-    /// [`Error::WrongTreeKind`]; corruption.
+    /// [`crate::Error::TreeNotFound`] if `txn` does not have it (deleted since);
+    /// [`crate::Error::WrongTreeKind`]; corruption.
     pub fn tree_mut<'t, 'env>(&self, txn: &'t mut WriteTxn<'env>) -> Result<TreeMut<'t, 'env>> {
         let index = txn.existing_tree(&self.name, |kind| kind == TreeKind::BTree, "a B+tree")?;
         Ok(TreeMut::new(txn, index))
