@@ -808,17 +808,31 @@ impl Environment {
         if let Some(slot) = &slot {
             slot.raise(replayed.last_txn_id)?;
         }
+        // Every replayed page in the snapshot's table, as the writer's holds them: each page
+        // of a run (an overflow value) names the run's buffer at its index, since a page
+        // read alone (a backup's copy, a table's probe of an old id) must not fall through
+        // to the data file's older version; and replayed pages the map calls free (a freed
+        // record page) are there too.
         let mut ptt = Ptt::new();
+        let entry =
+            |buf: &Arc<crate::scratch::PageBuf>, index_in_buf: u32| crate::scratch::PttEntry {
+                txn_id: replayed.last_txn_id,
+                first_unflushed_txn_id: replayed.last_txn_id,
+                buf: Arc::clone(buf),
+                index_in_buf,
+            };
         for (page_number, run) in runs {
-            ptt.insert(
-                page_number,
-                crate::scratch::PttEntry {
-                    txn_id: replayed.last_txn_id,
-                    first_unflushed_txn_id: replayed.last_txn_id,
-                    buf: Arc::new(crate::scratch::PageBuf::copy_of(&run, &usage)),
-                    index_in_buf: 0,
-                },
-            );
+            let buf = Arc::new(crate::scratch::PageBuf::copy_of(&run, &usage));
+            let pages = (run.len() / PAGE_SIZE_BYTES) as u32;
+            for (run_page, index_in_buf) in (page_number..).zip(0..pages) {
+                ptt.insert(run_page, entry(&buf, index_in_buf));
+            }
+        }
+        for (&page_number, page) in &replayed.pages {
+            if page_number < meta.next_page_number && ptt.get(page_number).is_none() {
+                let buf = Arc::new(crate::scratch::PageBuf::copy_of(page, &usage));
+                ptt.insert(page_number, entry(&buf, 0));
+            }
         }
         let data_len = data_file
             .len()
@@ -1408,9 +1422,11 @@ impl ProcessSlot {
     /// between processes), at transaction 0 until the snapshot is known, and waits for a
     /// data-write phase that may have missed it.
     fn claim(storage: &dyn Storage) -> Result<Option<ProcessSlot>> {
-        let Some(readers) = storage
-            .process_readers()
-            .map_err(|e| Error::io("opening the reader-process table", e))?
+        let Some(readers) = storage.process_readers().map_err(|e| match e.kind() {
+            // A read-only mount, where a reader keeps writers out: one is in.
+            std::io::ErrorKind::WouldBlock => Error::Locked,
+            _ => Error::io("opening the reader-process table", e),
+        })?
         else {
             return Ok(None);
         };

@@ -223,3 +223,56 @@ fn writer_entry() {
         write_round(&env, round);
     }
 }
+
+/// A read-only open holds every replayed page of an overflow value, not only its first:
+/// a full backup from it copies each page on its own, and took the rest of the value's
+/// pages from the data file, where only an older version (or nothing) was.
+#[test]
+fn a_backup_from_a_read_only_open_copies_whole_overflow_values() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("db");
+    let env = Environment::open(&db, Options::default()).expect("open");
+    let mut wtx = env.begin_write().expect("write");
+    wtx.open_tree("t")
+        .expect("tree")
+        .insert(b"a", b"1")
+        .expect("insert");
+    wtx.commit().expect("commit");
+    env.flush_and_sync().expect("flush");
+    // Keeps the flusher from writing the value's pages: they are only in the journal.
+    let pin = env.begin_read().expect("read");
+    let big: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
+    let mut wtx = env.begin_write().expect("write");
+    wtx.open_tree("t")
+        .expect("tree")
+        .insert(b"big", &big)
+        .expect("insert");
+    wtx.commit().expect("commit");
+    let backup = dir.path().join("backup");
+    {
+        let ro = Environment::open_read_only(&db, Options::default()).expect("read-only open");
+        let got = ro
+            .begin_read()
+            .expect("read")
+            .open_tree("t")
+            .expect("tree")
+            .get(b"big")
+            .expect("get")
+            .map(<[u8]>::to_vec);
+        assert_eq!(got.as_deref(), Some(&big[..]));
+        ro.backup_to(&backup).expect("backup");
+    }
+    drop(pin);
+    let restored = dir.path().join("restored");
+    hrafn::backup::restore(&[&backup], &restored).expect("restore");
+    let copy = Environment::open(&restored, Options::default()).expect("open the copy");
+    let got = copy
+        .begin_read()
+        .expect("read")
+        .open_tree("t")
+        .expect("tree")
+        .get(b"big")
+        .expect("get")
+        .map(<[u8]>::to_vec);
+    assert_eq!(got.as_deref(), Some(&big[..]));
+}

@@ -54,8 +54,8 @@ impl FileStorage {
 
     /// Uses `root`, which must exist already, for reading only: files are opened without
     /// write access, so a read-only open or a backup's verify works on read-only files and
-    /// file systems. On a read-only file system no writer can exist, so no reader-process
-    /// table is kept when its `LOCK` cannot be written there.
+    /// file systems. Where `LOCK` cannot be written (a read-only mount), a reader takes no
+    /// slot but keeps writers out while it is open, and is refused while one is in.
     ///
     /// # Errors
     /// `NotFound` if there is no such directory.
@@ -189,7 +189,13 @@ impl Storage for FileStorage {
     fn process_readers(&self) -> io::Result<Option<Arc<dyn super::ProcessReaders>>> {
         match super::lock_file::LockFileReaders::open(&self.path(super::lock_file::LOCK_FILE)) {
             Ok(table) => Ok(Some(Arc::new(table))),
-            Err(e) if self.read_only && e.kind() == io::ErrorKind::ReadOnlyFilesystem => Ok(None),
+            // A read-only mount may show a directory another mount writes: the reader keeps
+            // writers out instead of taking a slot.
+            Err(e) if self.read_only && e.kind() == io::ErrorKind::ReadOnlyFilesystem => {
+                let path = self.path(super::lock_file::LOCK_FILE);
+                Ok(super::lock_file::WriterExcluded::hold(&path)?
+                    .map(|hold| Arc::new(hold) as Arc<dyn super::ProcessReaders>))
+            }
             Err(e) => Err(e),
         }
     }

@@ -15,6 +15,10 @@
 //! process reading the data file under its snapshot never sees a page change. A reader
 //! claims its slot before it reads anything, then waits for a data-write phase in progress
 //! (which may not have seen the slot) to end; every later phase sees it.
+//!
+//! Where `LOCK` cannot be written (a read-only mount of a directory another mount may
+//! write), a reader cannot take a slot; it takes a shared lock on the writer's bytes instead
+//! ([`WriterExcluded`]), so no writer runs while it reads.
 #![allow(unsafe_code)] // fcntl(2) byte-range locks take a pointer to a `struct flock`.
 
 use super::ProcessReaders;
@@ -120,6 +124,72 @@ pub fn lock_writer(path: &Path) -> io::Result<File> {
         });
     }
     Ok(file)
+}
+
+/// A reader's hold on a `LOCK` file it cannot write: shared locks on the writer's bytes
+/// (OFD) and on the whole file (`flock`, which earlier writers took), so that while it is
+/// held no writer opens, and it is refused while one is open. It has no slots: no writer
+/// can write data pages under it.
+pub struct WriterExcluded {
+    _file: File,
+}
+
+impl WriterExcluded {
+    /// Takes the hold through `path` opened read-only. `Ok(None)` if there is no `LOCK`
+    /// file (the environment was never opened for writing, and here it cannot be);
+    /// `WouldBlock` while a writer has the environment open.
+    pub fn hold(path: &Path) -> io::Result<Option<WriterExcluded>> {
+        let file = match OpenOptions::new().read(true).open(path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let held = || {
+            io::Error::new(
+                io::ErrorKind::WouldBlock,
+                "another process has the environment open for writing",
+            )
+        };
+        match ofd_lock(&file, libc::F_OFD_SETLK, libc::F_RDLCK, WRITER_RANGE) {
+            Ok(_) => {}
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EACCES)) => {
+                return Err(held());
+            }
+            Err(e) => return Err(e),
+        }
+        // SAFETY: flock on a descriptor this function owns; no memory is passed.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } != 0 {
+            let error = io::Error::last_os_error();
+            return Err(if error.kind() == io::ErrorKind::WouldBlock {
+                held()
+            } else {
+                error
+            });
+        }
+        Ok(Some(WriterExcluded { _file: file }))
+    }
+}
+
+impl ProcessReaders for WriterExcluded {
+    fn claim(&self, _floor_txn_id: u64) -> io::Result<usize> {
+        Ok(0)
+    }
+    fn raise(&self, _slot: usize, _floor_txn_id: u64) -> io::Result<()> {
+        Ok(())
+    }
+    fn release(&self, _slot: usize) {}
+    fn oldest(&self) -> io::Result<Option<u64>> {
+        Ok(None)
+    }
+    fn begin_data_writes(&self) -> io::Result<()> {
+        Ok(())
+    }
+    fn end_data_writes(&self) -> io::Result<()> {
+        Ok(())
+    }
+    fn wait_for_data_writes(&self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 /// The reader-process table of one environment's `LOCK` file, through its own open file
@@ -235,6 +305,34 @@ impl ProcessReaders for LockFileReaders {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A reader holding `LOCK` read-only keeps a writer out, and is refused while one is in.
+    #[test]
+    fn a_read_only_hold_and_a_writer_exclude_each_other() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join(LOCK_FILE);
+        assert!(WriterExcluded::hold(&path).expect("no file").is_none());
+        let writer = lock_writer(&path).expect("writer");
+        let refused = WriterExcluded::hold(&path).map(|h| h.is_some());
+        assert!(
+            matches!(&refused, Err(e) if e.kind() == io::ErrorKind::WouldBlock),
+            "{refused:?}"
+        );
+        drop(writer);
+        let hold = WriterExcluded::hold(&path)
+            .expect("hold")
+            .expect("a LOCK file");
+        let second = WriterExcluded::hold(&path)
+            .expect("holds share")
+            .expect("a LOCK file");
+        let blocked = lock_writer(&path);
+        assert!(
+            matches!(&blocked, Err(e) if e.kind() == io::ErrorKind::WouldBlock),
+            "{blocked:?}"
+        );
+        drop((hold, second));
+        lock_writer(&path).expect("the writer once the readers are gone");
+    }
 
     #[test]
     fn slots_count_while_their_holder_lives() {
