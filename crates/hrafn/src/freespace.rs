@@ -6,7 +6,8 @@
 //! bitmap page number and its free-page count, and the meta page lists the directory pages.
 //! An allocation reads the directory's counts and opens only bitmaps of sections that hold
 //! enough free pages, so it costs time in proportion to the sections it looks at, not to the
-//! file; one directory page covers 254 TiB, and the meta page lists up to 1,014 of them.
+//! file; one directory page covers 254 TiB, and the meta page lists up to 1,015 of them
+//! (`meta::DIRECTORIES_MAX`).
 //!
 //! Pure functions over page bytes; the writing transaction decides which pages to read and
 //! change (`txn/alloc.rs`).

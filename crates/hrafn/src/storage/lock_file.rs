@@ -261,7 +261,17 @@ impl ProcessReaders for LockFileReaders {
 
     fn oldest(&self) -> io::Result<Option<u64>> {
         let mut table = vec![0u8; PROCESS_READERS_MAX * SLOT_SIZE_BYTES as usize];
-        let n = self.file.read_at(&mut table, SLOTS_OFFSET)?;
+        // Up to the file's end: a short read (some network and FUSE file systems) must not
+        // leave the later slots, and their readers, out.
+        let mut n = 0;
+        while n < table.len() {
+            match self.file.read_at(&mut table[n..], SLOTS_OFFSET + n as u64) {
+                Ok(0) => break,
+                Ok(read) => n += read,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
         let mut oldest: Option<u64> = None;
         for (slot, entry) in table[..n]
             .chunks_exact(SLOT_SIZE_BYTES as usize)
