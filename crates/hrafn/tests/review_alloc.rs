@@ -469,6 +469,27 @@ fn a_pinned_scratch_spills_reports_scratch_full_and_drains() {
 /// page 0 (whose new contents would replace the meta page at commit).
 #[test]
 fn a_map_that_calls_the_meta_page_free_is_corruption() {
+    let inserted = insert_with_one_page_called_free(|_| 0);
+    assert!(
+        matches!(inserted, Err(Error::Corruption { .. })),
+        "{inserted:?}"
+    );
+}
+
+/// The same for the bitmap's own page: handed out, it became a leaf the directory still
+/// named as the bitmap, whose bytes later allocations read as bits.
+#[test]
+fn a_map_that_calls_its_own_bitmap_free_is_corruption() {
+    let inserted = insert_with_one_page_called_free(|bitmap| bitmap);
+    assert!(
+        matches!(inserted, Err(Error::Corruption { .. })),
+        "{inserted:?}"
+    );
+}
+
+/// Damages the free-space map so that only the page `free(bitmap page)` is free (checksum
+/// made to hold), reopens, and inserts into a new tree.
+fn insert_with_one_page_called_free(free: impl FnOnce(usize) -> usize) -> hrafn::Result<()> {
     use hrafn::limits::{PAGE_HEADER_SIZE_BYTES, PAGE_SIZE_BYTES};
     use hrafn::page::{self, PageKind};
     let dir = tempfile::tempdir().expect("tempdir");
@@ -495,20 +516,16 @@ fn a_map_that_calls_the_meta_page_free_is_corruption() {
     let bitmap = (0..data.len() / PAGE_SIZE_BYTES)
         .find(|&p| data[p * PAGE_SIZE_BYTES + page::OFFSET_KIND] == PageKind::Bitmap as u8)
         .expect("a bitmap page");
+    let only_free = free(bitmap);
     let bytes = &mut data[bitmap * PAGE_SIZE_BYTES..(bitmap + 1) * PAGE_SIZE_BYTES];
-    // Only page 0 free, so that it is the page the allocator finds.
+    // Only that page free, so that it is the page the allocator finds.
     bytes[PAGE_HEADER_SIZE_BYTES..].fill(0);
-    bytes[PAGE_HEADER_SIZE_BYTES] = 1;
+    bytes[PAGE_HEADER_SIZE_BYTES + only_free / 8] = 1 << (only_free % 8);
     page::seal(bytes, bitmap as u64);
     std::fs::write(&path, &data).expect("write back");
 
     let env = Environment::open(dir.path(), hrafn::Options::default()).expect("reopen");
     let mut wtx = env.begin_write().expect("write");
-    let inserted = wtx
-        .open_tree("u")
-        .and_then(|mut t| t.insert(b"k", b"v").map(|_| ()));
-    assert!(
-        matches!(inserted, Err(Error::Corruption { .. })),
-        "{inserted:?}"
-    );
+    wtx.open_tree("u")
+        .and_then(|mut t| t.insert(b"k", b"v").map(|_| ()))
 }

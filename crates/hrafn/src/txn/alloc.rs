@@ -80,14 +80,18 @@ impl WriteTxn<'_> {
                 self.bitmaps_searched += 1;
             }
             let bitmap = PageStore::page(self, entry.bitmap_page)?;
+            check_bitmap(bitmap, entry.bitmap_page)?;
             let Some(bit) = find_run_near(bitmap, count as usize, from_bit, limit_bit) else {
                 continue; // enough free pages, but not in one run
             };
             let first = covered_start + bit as u64;
             // A bit that calls a page in use free (a damaged map whose checksum holds)
-            // would hand out the meta page, or a page this transaction already wrote.
+            // would hand out the meta page, the map's own pages, or a page this
+            // transaction already wrote.
             if first == crate::meta::META_PAGE_NUMBER
-                || (first..first + count).any(|p| self.dirty.contains_key(&p))
+                || (first..first + count).any(|p| {
+                    p == entry.bitmap_page || p == directory_page || self.dirty.contains_key(&p)
+                })
             {
                 return Err(corrupt(
                     entry.bitmap_page,
@@ -176,6 +180,7 @@ impl WriteTxn<'_> {
             self.ensure_sections(section + 1)?;
             let (directory_page, entry_index, entry) = self.section_entry(section)?;
             let bitmap = self.page_mut(entry.bitmap_page)?;
+            check_bitmap(bitmap, entry.bitmap_page)?;
             if let Some(b) = (bit..bit + in_section as usize).find(|&b| is_free(bitmap, b)) {
                 return Err(corrupt(
                     section * PAGES_PER_BITMAP + b as u64,
@@ -200,6 +205,15 @@ impl WriteTxn<'_> {
         self.free_pages += count;
         Ok(())
     }
+}
+
+/// A page a directory names as a section's bitmap must be one: a damaged directory (its
+/// checksum holding) would have other pages' bytes read and written as bits.
+fn check_bitmap(bytes: &[u8], page_number: u64) -> Result<()> {
+    if crate::page::kind(bytes, page_number)? != PageKind::Bitmap {
+        return Err(corrupt(page_number, "listed bitmap is not a bitmap page"));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
