@@ -560,6 +560,10 @@ fn write_batch(
 
 fn sync(inner: &EnvInner, book: &mut FlushBook) -> Result<()> {
     let state = inner.state.load_full();
+    // Non-durable records become durable here at the latest, also when no page may be
+    // written (a reader pins older versions, so no pass wrote pages and synced them first):
+    // `flush_and_sync` and `close` promise every commit durable.
+    sync_buffered_journal(inner, state.txn_id, "syncing the journal")?;
     // The log is read after the state is loaded: a commit published since is in it.
     let min_unflushed = inner.flush_log.oldest_unflushed();
     let wanted = min_unflushed.map_or(state.txn_id, |m| state.txn_id.min(m - 1));
