@@ -404,6 +404,9 @@ pub(crate) struct Counters {
     pub dirty_page_bytes: AtomicU64,
     pub flushes: AtomicU64,
     pub pages_flushed: AtomicU64,
+    /// The durable header's synced transaction, for `stats` (which must not wait on the
+    /// flush book, held through a whole pass and its syncs).
+    pub synced_txn_id: AtomicU64,
     pub flush_pages_examined: AtomicU64,
     pub syncs: AtomicU64,
     pub merged_transactions: AtomicU64,
@@ -511,7 +514,10 @@ impl EnvInner {
             current_journal: AtomicU64::new(0),
             usage: o.usage,
             poison: Mutex::new(None),
-            counters: Counters::default(),
+            counters: Counters {
+                synced_txn_id: AtomicU64::new(o.header.synced_txn_id),
+                ..Counters::default()
+            },
             flush_book: Mutex::new(FlushBook::new(o.header, o.data_len)),
             flush_log: Default::default(),
             data_allocated_bytes: AtomicU64::new(o.data_len),
@@ -1043,7 +1049,6 @@ impl Environment {
         let inner = &self.inner;
         let state = inner.state.load();
         let c = &inner.counters;
-        let book = inner.flush_book.lock();
         let index = inner.journal_index.lock();
         let (journal_spares_made, journal_spares_used, journals_filled_by_writer) =
             (index.spares_made, index.spares_used, index.filled_by_writer);
@@ -1057,7 +1062,7 @@ impl Environment {
         let current_bytes = state.ptt.len() as u64 * PAGE_SIZE_BYTES as u64;
         Stats {
             txn_id: state.txn_id,
-            synced_txn_id: book.header.synced_txn_id,
+            synced_txn_id: c.synced_txn_id.load(Ordering::Relaxed),
             scratch_used_bytes,
             scratch_peak_bytes: inner.usage.peak_bytes(),
             ptt_page_count: state.ptt.len() as u64,

@@ -607,6 +607,10 @@ fn sync(inner: &EnvInner, book: &mut FlushBook) -> Result<()> {
         synced_txn_id: target,
     });
     book.header = header;
+    inner
+        .counters
+        .synced_txn_id
+        .store(target, Ordering::Relaxed);
     book.last_sync = Instant::now();
     book.bytes_since_sync = 0;
     inner.counters.syncs.fetch_add(1, Ordering::Relaxed);

@@ -398,3 +398,24 @@ fn submit_returns_values_and_the_callers_errors_and_never_reruns_a_lone_failure(
     assert_eq!(count_keys(&env, "t"), kept);
     assert_eq!(kept, 8 * 40 - 8 * 40 / 5);
 }
+
+/// A batch's expectation or remove on a tree that does not exist finds no key there and
+/// leaves it missing (both opened the tree, so a batch that only checked made it).
+#[test]
+fn expect_and_remove_do_not_make_missing_trees() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = Environment::open(dir.path(), hrafn::Options::default()).expect("open");
+    let mut batch = WriteBatch::new();
+    batch.expect("checked", b"k", None).remove("removed", b"k");
+    env.write(batch).expect("the expectation holds");
+    let mut wrong = WriteBatch::new();
+    wrong.expect("checked", b"k", Some(b"v"));
+    assert!(matches!(env.write(wrong), Err(Error::Conflict { .. })));
+    let rtx = env.begin_read().expect("read");
+    for name in ["checked", "removed"] {
+        assert!(
+            matches!(rtx.open_tree(name), Err(Error::TreeNotFound { .. })),
+            "{name}"
+        );
+    }
+}

@@ -21,7 +21,8 @@
 //! of a failed merged transaction, go back to the front of the queue, which may then
 //! briefly hold that many more than its bound.
 
-use super::write::WriteTxn;
+use super::write::{TreeMut, WriteTxn};
+use crate::btree::TreeKind;
 use crate::env::{Durability, EnvInner};
 use crate::error::{Error, Result};
 use parking_lot::{Condvar, Mutex, MutexGuard};
@@ -141,12 +142,18 @@ impl WriteBatch {
                 BatchOp::Insert { tree, key, value } => {
                     wtx.open_tree(tree)?.insert(key, value)?;
                 }
+                // Neither makes a tree that is missing: it holds no key.
                 BatchOp::Remove { tree, key } => {
-                    wtx.open_tree(tree)?.remove(key)?;
+                    if let Some(mut t) = existing(wtx, tree)? {
+                        t.remove(key)?;
+                    }
                 }
                 BatchOp::Expect { tree, key, value } => {
-                    let t = wtx.open_tree(tree)?;
-                    if t.get(key)? != value.as_deref() {
+                    let differs = match existing(wtx, tree)? {
+                        Some(t) => t.get(key)? != value.as_deref(),
+                        None => value.is_some(),
+                    };
+                    if differs {
                         return Err(Error::Conflict {
                             tree: tree.clone(),
                             key: key.clone(),
@@ -156,6 +163,18 @@ impl WriteBatch {
             }
         }
         Ok(())
+    }
+}
+
+/// The B+tree `name` if it exists.
+fn existing<'t, 'env>(
+    wtx: &'t mut WriteTxn<'env>,
+    name: &str,
+) -> Result<Option<TreeMut<'t, 'env>>> {
+    match wtx.existing_tree(name, |kind| kind == TreeKind::BTree, "a B+tree") {
+        Ok(index) => Ok(Some(TreeMut::new(wtx, index))),
+        Err(Error::TreeNotFound { .. }) => Ok(None),
+        Err(e) => Err(e),
     }
 }
 
