@@ -1,7 +1,8 @@
 //! Names for the iterators the structures return, so a program can keep one in a struct
 //! or write it in a signature. Read-side iterators borrow their read transaction (`'t`);
-//! write-side ones borrow the handle they came from (`'s`) inside a write transaction of
-//! the environment (`'env`).
+//! write-side ones borrow the handle they came from (`'s`), and those that read through
+//! the write transaction also name its environment (`'env`; `TreeRangeMut` needs only
+//! `'s`).
 //!
 //! ```
 //! use hrafn::iter::TreeRange;

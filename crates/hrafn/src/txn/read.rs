@@ -401,7 +401,8 @@ impl<'t> Tree<'t> {
     /// Entries with keys in `range`, in order (reversible with `.rev()`).
     ///
     /// # Errors
-    /// Corruption met while positioning.
+    /// None here: positioning waits for the first step, so corruption met then comes as
+    /// an `Err` item of the iterator.
     pub fn range<K: AsRef<[u8]>, R: RangeBounds<K>>(
         &self,
         range: R,
@@ -413,7 +414,8 @@ impl<'t> Tree<'t> {
     /// All entries in order.
     ///
     /// # Errors
-    /// Corruption met while positioning.
+    /// None here: positioning waits for the first step, so corruption met then comes as
+    /// an `Err` item of the iterator.
     pub fn iter(&self) -> Result<crate::iter::TreeRange<'t>> {
         self.range::<&[u8], _>(..)
     }
@@ -421,7 +423,8 @@ impl<'t> Tree<'t> {
     /// Entries whose keys start with `prefix`.
     ///
     /// # Errors
-    /// Corruption met while positioning.
+    /// None here: positioning waits for the first step, so corruption met then comes as
+    /// an `Err` item of the iterator.
     pub fn prefix(&self, prefix: impl AsRef<[u8]>) -> Result<crate::iter::TreeRange<'t>> {
         use std::ops::Bound;
         let prefix = prefix.as_ref();

@@ -1285,7 +1285,8 @@ impl<'t, 'env> TreeMut<'t, 'env> {
     /// Entries with keys in `range`, in order.
     ///
     /// # Errors
-    /// Corruption met while positioning.
+    /// None here: positioning waits for the first step, so corruption met then comes as
+    /// an `Err` item of the iterator.
     pub fn range<'s, K: AsRef<[u8]>, R: RangeBounds<K>>(
         &'s self,
         range: R,
@@ -1301,7 +1302,8 @@ impl<'t, 'env> TreeMut<'t, 'env> {
     /// All entries in order, as this transaction sees them.
     ///
     /// # Errors
-    /// Corruption met while positioning.
+    /// None here: positioning waits for the first step, so corruption met then comes as
+    /// an `Err` item of the iterator.
     pub fn iter<'s>(&'s self) -> Result<crate::iter::TreeRangeMut<'s>>
     where
         Self: 's,
@@ -1312,7 +1314,8 @@ impl<'t, 'env> TreeMut<'t, 'env> {
     /// Entries whose keys start with `prefix`.
     ///
     /// # Errors
-    /// Corruption met while positioning.
+    /// None here: positioning waits for the first step, so corruption met then comes as
+    /// an `Err` item of the iterator.
     pub fn prefix<'s>(&'s self, prefix: impl AsRef<[u8]>) -> Result<crate::iter::TreeRangeMut<'s>> {
         use std::ops::Bound;
         let prefix = prefix.as_ref();
