@@ -18,10 +18,13 @@ use hrafn::journal::record::{self, RECORD_HEADER_SIZE_BYTES, RecordHeader};
 use hrafn::limits::PAGE_SIZE_BYTES;
 use hrafn::page::{self, PageKind};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Set by the panic hook: a panic in any thread (the flusher's too) fails the input.
-static PANICKED: AtomicBool = AtomicBool::new(false);
+/// Counted by the panic hook: a panic in any thread (the flusher's too) fails the input.
+/// Never reset: the smoke tests run in parallel, and one's reset must not hide another's
+/// panic; each compares the count before and after its input (a panic in another test
+/// may then fail this one too: the run fails either way).
+static PANICS: AtomicU64 = AtomicU64::new(0);
 static HOOK: Mutex<bool> = Mutex::new(false);
 
 fn install_hook() {
@@ -29,7 +32,7 @@ fn install_hook() {
     if !*installed {
         let default = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
-            PANICKED.store(true, Ordering::SeqCst);
+            PANICS.fetch_add(1, Ordering::SeqCst);
             default(info);
         }));
         *installed = true;
@@ -250,7 +253,7 @@ fn smoke(name: &str, body: fn(&[u8]), count: u64, max_len: usize, seed: u64) {
             let from = pool[rng.below(pool.len())].clone();
             mutate(&mut rng, &from, max_len)
         };
-        PANICKED.store(false, Ordering::SeqCst);
+        let panics_before = PANICS.load(Ordering::SeqCst);
         let input_started = std::time::Instant::now();
         let result = std::panic::catch_unwind(|| body(&input));
         let took = input_started.elapsed();
@@ -261,7 +264,7 @@ fn smoke(name: &str, body: fn(&[u8]), count: u64, max_len: usize, seed: u64) {
                 hex(&input[..input.len().min(64)])
             ));
         }
-        if result.is_err() || PANICKED.load(Ordering::SeqCst) {
+        if result.is_err() || PANICS.load(Ordering::SeqCst) != panics_before {
             panic!(
                 "fuzz target {name} failed on input {i} (HRAFN_FUZZ_SEED={seed:#x}): {}",
                 hex(&input)
@@ -436,10 +439,11 @@ fn regressions() {
         ),
     ];
     for (name, body, input) in cases {
-        PANICKED.store(false, Ordering::SeqCst);
+        let panics_before = PANICS.load(Ordering::SeqCst);
         body(&unhex(input));
-        assert!(
-            !PANICKED.load(Ordering::SeqCst),
+        assert_eq!(
+            PANICS.load(Ordering::SeqCst),
+            panics_before,
             "{name} panicked in a thread"
         );
     }

@@ -140,6 +140,9 @@ fn child_fail(message: &str) -> ! {
 }
 
 fn child_main(dir: &Path, seed: u64) {
+    // A panic in any thread fails the run: joining writer 0 would not see another's, and
+    // the kill would hide it.
+    std::panic::set_hook(Box::new(|info| child_fail(&format!("panic: {info}"))));
     let env = match Environment::open(dir, options()) {
         Ok(env) => Arc::new(env),
         Err(e) => child_fail(&format!("open: {e}")),
@@ -160,6 +163,19 @@ fn child_main(dir: &Path, seed: u64) {
                 None => 0,
             };
             next_seq.push(l + 1);
+        }
+    }
+    // What this open recovered, for the parent to check against what it acknowledged:
+    // a round it does not verify must not hide a loss behind the same data committed again.
+    {
+        let mut out = std::io::stdout().lock();
+        for (w, next) in next_seq.iter().enumerate() {
+            if writeln!(out, "START {w} {}", next - 1)
+                .and_then(|()| out.flush())
+                .is_err()
+            {
+                child_fail("writing a START line");
+            }
         }
     }
     let stop = Arc::new(AtomicBool::new(false));
@@ -269,7 +285,13 @@ fn child_reader(env: &Environment, seed: u64, stop: &AtomicBool) {
         let rtx = env
             .begin_read()
             .unwrap_or_else(|e| child_fail(&format!("begin_read: {e}")));
-        let (Ok(last), Ok(data)) = (rtx.open_tree("last"), rtx.open_tree("data")) else {
+        // Before the first commit the trees do not exist; any other error fails the run.
+        let opened = |name: &str| match rtx.open_tree(name) {
+            Ok(tree) => Some(tree),
+            Err(hrafn::Error::TreeNotFound { .. }) => None,
+            Err(e) => child_fail(&format!("reader open_tree {name}: {e}")),
+        };
+        let (Some(last), Some(data)) = (opened("last"), opened("data")) else {
             std::thread::sleep(Duration::from_millis(1));
             continue;
         };
@@ -374,6 +396,9 @@ struct Totals {
 struct ChildRun {
     /// Highest acknowledged sequence per writer.
     acked: BTreeMap<u64, u64>,
+    /// The last sequence per writer its open recovered (writers it printed before the
+    /// kill).
+    started: BTreeMap<u64, u64>,
     ack_count: u64,
     failures: Vec<String>,
 }
@@ -394,6 +419,7 @@ fn run_child(dir: &Path, child_seed: u64, kill_after: Duration) -> ChildRun {
     let mut stderr = child.stderr.take().expect("piped stderr");
     let reader = std::thread::spawn(move || {
         let mut acked = BTreeMap::new();
+        let mut started = BTreeMap::new();
         let mut ack_count = 0;
         let mut failures = Vec::new();
         let mut lines = BufReader::new(stdout);
@@ -409,7 +435,17 @@ fn run_child(dir: &Path, child_seed: u64, kill_after: Duration) -> ChildRun {
                 break;
             }
             // The test harness may print its own text before ours on the same line.
-            if let Some(at) = line.find("ACK ") {
+            if let Some(at) = line.find("START ") {
+                let mut parts = line[at + 6..].split_whitespace();
+                let w = parts.next().and_then(|p| p.parse::<u64>().ok());
+                let l = parts.next().and_then(|p| p.parse::<u64>().ok());
+                match (w, l) {
+                    (Some(w), Some(l)) => {
+                        started.insert(w, l);
+                    }
+                    _ => failures.push(format!("unreadable child line {line:?}")),
+                }
+            } else if let Some(at) = line.find("ACK ") {
                 let mut parts = line[at + 4..].split_whitespace();
                 let w = parts.next().and_then(|p| p.parse::<u64>().ok());
                 let s = parts.next().and_then(|p| p.parse::<u64>().ok());
@@ -425,7 +461,7 @@ fn run_child(dir: &Path, child_seed: u64, kill_after: Duration) -> ChildRun {
                 failures.push(format!("child: {}", line[at + 5..].trim_end()));
             }
         }
-        (acked, ack_count, failures)
+        (acked, started, ack_count, failures)
     });
     let err_reader = std::thread::spawn(move || {
         let mut text = String::new();
@@ -436,7 +472,7 @@ fn run_child(dir: &Path, child_seed: u64, kill_after: Duration) -> ChildRun {
     // SIGKILL; an error means the child already exited, which the status shows.
     let _ = child.kill();
     let status = child.wait().expect("waiting for the child");
-    let (acked, ack_count, mut failures) = reader.join().expect("stdout reader");
+    let (acked, started, ack_count, mut failures) = reader.join().expect("stdout reader");
     let stderr_text = err_reader.join().expect("stderr reader");
     {
         use std::os::unix::process::ExitStatusExt;
@@ -449,6 +485,7 @@ fn run_child(dir: &Path, child_seed: u64, kill_after: Duration) -> ChildRun {
     }
     ChildRun {
         acked,
+        started,
         ack_count,
         failures,
     }
@@ -563,6 +600,17 @@ fn kill9_loop() {
         let run = run_child(dir.path(), child_seed, kill_after);
         totals.kills += 1;
         totals.acked += run.ack_count;
+        // Every open, verified or not, recovers what earlier children acknowledged.
+        for (&w, &l) in &run.started {
+            let acked_w = acked.get(&w).copied().unwrap_or(0);
+            if l < acked_w {
+                totals.lost += acked_w - l;
+                totals.failures.push(format!(
+                    "round {round} (seed {seed:#x}): writer {w}: acknowledged through \
+                     {acked_w}, the child's open recovered {l}"
+                ));
+            }
+        }
         for (w, s) in run.acked {
             let top = acked.entry(w).or_insert(0);
             *top = (*top).max(s);

@@ -329,7 +329,8 @@ pub struct Oracle {
     pub models: BTreeMap<u64, Arc<Model>>,
     /// Last transaction whose commit returned `Ok`.
     pub acked: u64,
-    /// Last transaction whose commit returned `Ok` once durable (with every earlier one).
+    /// Last transaction known durable (with every earlier one): its commit returned `Ok`
+    /// once durable, or a `flush_and_sync` or clean close after it returned `Ok`.
     pub durable_acked: u64,
     /// Last transaction whose commit was called.
     pub submitted: u64,
@@ -401,7 +402,15 @@ pub fn execute(plan: &Plan, storage: Arc<dyn Storage>) -> Run {
         let step = segment(plan, &env, &mut at, &mut run, &mut model_before);
         run.spares_used += env.stats().journal_spares_used;
         match step {
-            Ok(true) => {}
+            // A clean close makes every acknowledged commit durable.
+            Ok(true) => match env.close() {
+                Ok(()) => run.oracle.durable_acked = run.oracle.acked,
+                Err(e) => {
+                    run.power_loss = is_power_loss(&e);
+                    run.error = Some(format!("close before step {at}: {e}"));
+                    return run;
+                }
+            },
             Ok(false) => {
                 drop(env);
                 return run;
@@ -466,7 +475,12 @@ fn segment(
                 apply_mutations(&mut wtx, mutations)?;
                 wtx.abort();
             }
-            Step::FlushSync => env.flush_and_sync()?,
+            // Every acknowledged commit is durable once it returns, non-durable ones too,
+            // also while readers keep pages from being written.
+            Step::FlushSync => {
+                env.flush_and_sync()?;
+                run.oracle.durable_acked = run.oracle.acked;
+            }
             Step::BeginReader => readers.push(env.begin_read()?),
             Step::EndReader => {
                 if !readers.is_empty() {
