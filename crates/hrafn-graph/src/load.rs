@@ -385,8 +385,9 @@ impl Graph {
         };
         Pipeline::run(&mut node_stored, |pipeline| {
             let mut batch: Vec<NodeRow> = Vec::new();
-            for record in reader.records() {
-                let record = record.map_err(csv_error)?;
+            // One record read into again and again: `records()` allocates one per row.
+            let mut record = csv::StringRecord::new();
+            while reader.read_record(&mut record).map_err(csv_error)? {
                 let line = record.position().map_or(0, |p| p.line());
                 if record.len() < 2 {
                     return Err(parse_error(line, "a node row needs an id and a label"));
@@ -434,8 +435,9 @@ impl Graph {
             // The counter already holds the node file's bytes: a round's bytes are counted
             // from here, or a large node file would end the first round after one row.
             let mut round_start_bytes = read_bytes();
-            for record in reader.records() {
-                let record = record.map_err(csv_error)?;
+            // One record read into again and again: `records()` allocates one per row.
+            let mut record = csv::StringRecord::new();
+            while reader.read_record(&mut record).map_err(csv_error)? {
                 let line = record.position().map_or(0, |p| p.line());
                 if record.len() < 3 {
                     return Err(parse_error(line, "an edge row needs src, dst and type"));
