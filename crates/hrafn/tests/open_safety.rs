@@ -220,12 +220,5 @@ fn stray_journal_names_are_not_journals() {
         wtx.commit().expect("commit");
     }
     let env = Environment::open(dir.path(), Options::default()).expect("reopen");
-    let rtx = env.begin_read().expect("read");
-    let got = rtx
-        .open_tree("t")
-        .expect("tree")
-        .get(b"k")
-        .expect("get")
-        .map(<[u8]>::to_vec);
-    assert_eq!(got.as_deref(), Some(&b"3"[..]));
+    assert_eq!(common::value_of(&env, "t", b"k"), Some(b"3".to_vec()));
 }

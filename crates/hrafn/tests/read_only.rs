@@ -251,28 +251,12 @@ fn a_backup_from_a_read_only_open_copies_whole_overflow_values() {
     let backup = dir.path().join("backup");
     {
         let ro = Environment::open_read_only(&db, Options::default()).expect("read-only open");
-        let got = ro
-            .begin_read()
-            .expect("read")
-            .open_tree("t")
-            .expect("tree")
-            .get(b"big")
-            .expect("get")
-            .map(<[u8]>::to_vec);
-        assert_eq!(got.as_deref(), Some(&big[..]));
+        assert_eq!(common::value_of(&ro, "t", b"big"), Some(big.clone()));
         ro.backup_to(&backup).expect("backup");
     }
     drop(pin);
     let restored = dir.path().join("restored");
     hrafn::backup::restore(&[&backup], &restored).expect("restore");
     let copy = Environment::open(&restored, Options::default()).expect("open the copy");
-    let got = copy
-        .begin_read()
-        .expect("read")
-        .open_tree("t")
-        .expect("tree")
-        .get(b"big")
-        .expect("get")
-        .map(<[u8]>::to_vec);
-    assert_eq!(got.as_deref(), Some(&big[..]));
+    assert_eq!(common::value_of(&copy, "t", b"big"), Some(big));
 }

@@ -103,27 +103,37 @@ fn read_u64(file: &File, offset: u64) -> io::Result<u64> {
 /// Takes the writer's lock; `WouldBlock` when another writer holds it.
 pub fn lock_writer(path: &Path) -> io::Result<File> {
     let file = open(path)?;
-    let held = || {
-        io::Error::new(
-            io::ErrorKind::WouldBlock,
-            "another process has the environment open for writing",
-        )
-    };
     if !try_lock(&file, WRITER_RANGE)? {
-        return Err(held());
+        return Err(locked_out());
     }
     // Earlier builds locked the whole file with flock(2), which never conflicts with a
     // byte-range lock: taking both keeps a writer of either kind out.
-    // SAFETY: flock on a descriptor this function owns; no memory is passed.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+    flock_or(&file, libc::LOCK_EX)?;
+    Ok(file)
+}
+
+/// What taking a lock answers while another process holds one that excludes it: a writer,
+/// or (against a writer) a reader on a read-only mount ([`WriterExcluded`]).
+fn locked_out() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::WouldBlock,
+        "another process has the environment open for writing, or open read-only where it          could not take a reader slot",
+    )
+}
+
+/// `flock(operation | LOCK_NB)` on `file`; [`locked_out`] when another holds a lock that
+/// conflicts.
+fn flock_or(file: &File, operation: i32) -> io::Result<()> {
+    // SAFETY: flock on a descriptor `file` keeps open through the call; no memory is passed.
+    if unsafe { libc::flock(file.as_raw_fd(), operation | libc::LOCK_NB) } != 0 {
         let error = io::Error::last_os_error();
         return Err(if error.kind() == io::ErrorKind::WouldBlock {
-            held()
+            locked_out()
         } else {
             error
         });
     }
-    Ok(file)
+    Ok(())
 }
 
 /// A reader's hold on a `LOCK` file it cannot write: shared locks on the writer's bytes
@@ -144,28 +154,14 @@ impl WriterExcluded {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e),
         };
-        let held = || {
-            io::Error::new(
-                io::ErrorKind::WouldBlock,
-                "another process has the environment open for writing",
-            )
-        };
         match ofd_lock(&file, libc::F_OFD_SETLK, libc::F_RDLCK, WRITER_RANGE) {
             Ok(_) => {}
             Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EACCES)) => {
-                return Err(held());
+                return Err(locked_out());
             }
             Err(e) => return Err(e),
         }
-        // SAFETY: flock on a descriptor this function owns; no memory is passed.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } != 0 {
-            let error = io::Error::last_os_error();
-            return Err(if error.kind() == io::ErrorKind::WouldBlock {
-                held()
-            } else {
-                error
-            });
-        }
+        flock_or(&file, libc::LOCK_SH)?;
         Ok(Some(WriterExcluded { _file: file }))
     }
 }

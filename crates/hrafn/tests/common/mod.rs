@@ -102,3 +102,14 @@ pub fn damage_page_holding(dir: &std::path::Path, marker: &[u8]) {
     data[at] ^= 1;
     std::fs::write(&path, &data).expect("write back");
 }
+
+/// The value of `key` in tree `tree`, as a new read transaction of `env` sees it.
+pub fn value_of(env: &hrafn::Environment, tree: &str, key: &[u8]) -> Option<Vec<u8>> {
+    env.begin_read()
+        .expect("read")
+        .open_tree(tree)
+        .expect("tree")
+        .get(key)
+        .expect("get")
+        .map(<[u8]>::to_vec)
+}
