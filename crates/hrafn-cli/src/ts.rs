@@ -41,8 +41,12 @@ pub(crate) enum TsCommand {
         /// How far behind its newest sample a series still takes samples (ms, or a
         /// duration such as 1h, 30d); older ones are counted as too old and dropped.
         /// Widen it to backfill, e.g. an export into a store with newer data [default: 1h].
-        #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-        out_of_order_window: Option<i64>,
+        #[arg(
+            long = "out-of-order-window",
+            value_name = "DURATION",
+            value_parser = parse_duration
+        )]
+        out_of_order_window_ms: Option<i64>,
     },
     /// Prints the series SELECTOR selects. Without `--step`: their samples in
     /// [START, END]; with it: their values (or rates, or aggregates) at each step.
@@ -87,8 +91,9 @@ pub(crate) enum TsCommand {
     /// Lists the label names in use or, given NAME, the values that label takes.
     Labels { dir: PathBuf, name: Option<String> },
     /// Rewrites each series' sealed chunks into fewer, fuller ones and folds in its
-    /// out-of-order samples. (The environment's file does not shrink: `hrafn compact`
-    /// does that.)
+    /// out-of-order samples; a series' leading full chunks stay as they are, so a run
+    /// rewrites what came since the last. (The environment's file does not shrink:
+    /// `hrafn compact` does that.)
     Compact { dir: PathBuf },
     /// Drops the data older than `--before`: whole chunks, and series left empty.
     Retain {
@@ -149,7 +154,7 @@ pub(crate) fn run(command: TsCommand, out: &mut impl Write) -> Result<(), Failur
             format,
             batch,
             default_timestamp_ms,
-            out_of_order_window,
+            out_of_order_window_ms,
         } => {
             let default_ts = match default_timestamp_ms {
                 Some(t) => t,
@@ -157,7 +162,7 @@ pub(crate) fn run(command: TsCommand, out: &mut impl Write) -> Result<(), Failur
             };
             let batch = usize::try_from(batch).unwrap_or(usize::MAX);
             let options = StoreOptions {
-                out_of_order_window_ms: out_of_order_window
+                out_of_order_window_ms: out_of_order_window_ms
                     .unwrap_or(StoreOptions::default().out_of_order_window_ms),
                 ..StoreOptions::default()
             };
@@ -241,8 +246,8 @@ pub(crate) fn run(command: TsCommand, out: &mut impl Write) -> Result<(), Failur
             let store = open_existing(&dir, true)?;
             let report = store.compact().map_err(|e| ts_fail(e, "compacting"))?;
             writeln!(out, "series rewritten\t{}", report.series_rewritten)?;
-            writeln!(out, "chunks before\t{}", report.chunks_before)?;
-            writeln!(out, "chunks after\t{}", report.chunks_after)?;
+            writeln!(out, "chunks rewritten\t{}", report.chunks_before)?;
+            writeln!(out, "chunks written\t{}", report.chunks_after)?;
             writeln!(
                 out,
                 "out-of-order samples folded\t{}",

@@ -64,6 +64,17 @@ impl Store {
     /// Engine and corruption errors.
     pub fn drop_before(&self, cutoff_ms: i64) -> Result<RetentionReport> {
         let mut report = RetentionReport::default();
+        let outcome = self.drop_before_into(cutoff_ms, &mut report);
+        // Deletions committed before a failure count too: cached ids of deleted series
+        // must not be handed out.
+        if report.series_deleted > 0 {
+            self.clear_cache();
+        }
+        outcome.map(|()| report)
+    }
+
+    /// [`Store::drop_before`], counting into `report` as its transactions commit.
+    fn drop_before_into(&self, cutoff_ms: i64, report: &mut RetentionReport) -> Result<()> {
         // Series that lost sealed chunks: with the pass below, the only ones it can leave
         // empty.
         let mut dropped_from = std::collections::HashSet::new();
@@ -160,10 +171,7 @@ impl Store {
             report.series_deleted += delete_ids(&mut wtx, &empty)?;
             wtx.commit()?;
         }
-        if report.series_deleted > 0 {
-            self.clear_cache();
-        }
-        Ok(report)
+        Ok(())
     }
 
     /// Deletes every series `matchers` select, with all their samples and index entries.
@@ -178,14 +186,15 @@ impl Store {
             .map(|(id, _)| id.0)
             .collect();
         let mut deleted = 0;
-        in_bounded_txns(self, &ids, |wtx, id| {
+        let outcome = in_bounded_txns(self, &ids, |wtx, id| {
             let (existed, samples) = delete_id(wtx, id)?;
             deleted += u64::from(existed);
             Ok(samples)
-        })?;
-        // Cached ids of deleted series must not be trusted; appends also repair them.
+        });
+        // Cached ids of deleted series must not be trusted, also after a failure with
+        // earlier transactions committed; appends also repair them.
         self.clear_cache();
-        Ok(deleted)
+        outcome.map(|()| deleted)
     }
 
     /// Rewrites each series' sealed chunks into chunks of up to [`COMPACTED_CHUNK_SAMPLES`]

@@ -318,8 +318,9 @@ impl Store {
     }
 
     /// [`Store::select`] one series at a time: `each` takes a series' labels and samples
-    /// before the next series is read, so a selection larger than memory (an export of
-    /// everything) holds one series at a time. Stops at `each`'s first error.
+    /// before the next series' samples are read, so a selection larger than memory (an
+    /// export of everything) holds the selected series' labels and one series' samples at
+    /// a time. Stops at `each`'s first error.
     ///
     /// # Errors
     /// As [`Store::select`]; `each`'s error.

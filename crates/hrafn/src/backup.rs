@@ -189,16 +189,12 @@ impl Environment {
         // Before the guard is armed, so that a refusal never removes what was there
         // (`backup_into` checks again, under the backup lock).
         refuse_used(&dest)?;
-        // Armed once the backup, under the lock, found the directory still empty: a
-        // backup of another handle that took it meanwhile keeps its files.
-        let mut written = Written {
+        let written = Written {
             dir: path,
             made,
             armed: false,
         };
-        let manifest = self.backup_claimed(&dest, kind, progress, &mut || written.armed = true)?;
-        written.armed = false;
-        Ok(manifest)
+        self.backup_claimed(&dest, kind, progress, Some(written))
     }
 
     /// A full backup of the live data only: [`Environment::compact_to`] into `path`
@@ -288,23 +284,26 @@ impl Environment {
         kind: BackupKind,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Manifest> {
-        self.backup_claimed(dest, kind, progress, &mut || {})
+        self.backup_claimed(dest, kind, progress, None)
     }
 
-    /// [`Environment::backup_into`], calling `claimed` once `dest` was found empty under
-    /// the backup lock: from then on what `dest` holds is this backup's.
+    /// [`Environment::backup_into`], with `cleanup` (of the directory `dest` is) armed
+    /// once `dest` was found empty under the backup lock, and disarmed when the backup is
+    /// complete: what `dest` holds from then on is this backup's, and a failure removes
+    /// it while the lock is still held, before another backup may claim the directory.
     fn backup_claimed(
         &self,
         dest: &dyn Storage,
         kind: BackupKind,
         progress: &mut dyn FnMut(u64, u64),
-        claimed: &mut dyn FnMut(),
+        cleanup: Option<Written<'_>>,
     ) -> Result<Manifest> {
         // Checked under the lock: a backup into the same directory that took it first has
         // finished by then.
         let _one_at_a_time = self.inner.backup.lock();
         refuse_used(dest)?;
-        claimed();
+        // Declared after the lock, so it drops (and cleans up) before the lock is released.
+        let mut written = cleanup.map(|w| Written { armed: true, ..w });
         let backup_point = self.inner.flush_book.lock().header.backup;
         if kind == BackupKind::Incremental && !backup_point.enabled {
             return Err(Error::InvalidArgument(
@@ -336,6 +335,9 @@ impl Environment {
         write_manifest(dest, &manifest)?;
         if backup_point.enabled && journal.is_some() {
             self.move_backup_point(&manifest)?;
+        }
+        if let Some(written) = &mut written {
+            written.armed = false;
         }
         Ok(manifest)
     }

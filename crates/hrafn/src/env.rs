@@ -784,8 +784,10 @@ impl Environment {
     ///
     /// # Errors
     /// [`Error::Corruption`] when there is no environment in `path` or its files are
-    /// damaged; [`Error::ReadersFull`] when 64 processes hold read-only snapshots; I/O
-    /// errors. Writes on it fail with [`Error::ReadOnly`].
+    /// damaged; [`Error::ReadersFull`] when 64 processes hold read-only snapshots;
+    /// [`Error::Locked`] on a read-only mount (where `LOCK` cannot be written, so no reader
+    /// slot can be taken) while a writer has it open, and such a reader keeps writers out
+    /// while it is open; I/O errors. Writes on it fail with [`Error::ReadOnly`].
     pub fn open_read_only(path: impl AsRef<Path>, options: Options) -> Result<Environment> {
         refuse_file(path.as_ref())?;
         let storage = FileStorage::read_only(path.as_ref())
@@ -1019,7 +1021,9 @@ impl Environment {
     }
 
     /// Writes every committed page to the data file, syncs it and writes a header, so the
-    /// journals can be recycled. Pages an open reader may still need stay in scratch.
+    /// journals can be recycled. Pages an open reader may still need stay in scratch. Every
+    /// commit is durable when it returns `Ok`, non-durable ones too: their journal records
+    /// are synced first, also when no page could be written.
     ///
     /// # Errors
     /// I/O errors (which poison the environment).

@@ -59,7 +59,9 @@ pub enum Error {
     Io { context: String, source: io::Error },
     /// Another handle (in this or another process) has the environment open for writing;
     /// or, at a writable open that must replay the journal, a read-only process holds a
-    /// snapshot older than the journal's end (replay would change pages under it).
+    /// snapshot older than the journal's end (replay would change pages under it); or a
+    /// read-only process on a read-only mount holds it (such a reader keeps writers out,
+    /// and is refused while one is in).
     #[error("environment is locked by another opener")]
     Locked,
     /// A key is longer than [`crate::limits::KEY_SIZE_MAX_BYTES`].

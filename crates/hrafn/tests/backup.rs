@@ -1006,6 +1006,9 @@ fn a_backup_refused_under_the_lock_removes_nothing() -> hrafn::Result<()> {
         while !holding.load(Ordering::SeqCst) {
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
+        // Made first (the backup then finds it empty), so that the other backup's file
+        // below has a directory whatever the waiting thread has done by then.
+        std::fs::create_dir(&second).expect("mkdir");
         let waiting = scope.spawn(|| env.backup_to(&second));
         // The second backup passed its first check (the directory was empty) and waits
         // for the lock; another backup's file appears meanwhile.

@@ -117,7 +117,8 @@ pub fn lock_writer(path: &Path) -> io::Result<File> {
 fn locked_out() -> io::Error {
     io::Error::new(
         io::ErrorKind::WouldBlock,
-        "another process has the environment open for writing, or open read-only where it          could not take a reader slot",
+        "another process has the environment open for writing, or open read-only where it \
+         could not take a reader slot",
     )
 }
 
@@ -146,7 +147,8 @@ pub struct WriterExcluded {
 
 impl WriterExcluded {
     /// Takes the hold through `path` opened read-only. `Ok(None)` if there is no `LOCK`
-    /// file (the environment was never opened for writing, and here it cannot be);
+    /// file: a writer makes one before anything else, so none has opened the environment,
+    /// and none can be kept out (a writer on another mount that starts later is not);
     /// `WouldBlock` while a writer has the environment open.
     pub fn hold(path: &Path) -> io::Result<Option<WriterExcluded>> {
         let file = match OpenOptions::new().read(true).open(path) {
