@@ -401,13 +401,12 @@ fn compact_series(wtx: &mut WriteTxn<'_>, id: u64, report: &mut CompactReport) -
         return Ok(0);
     }
     let mut samples = Vec::new();
-    {
+    if let Some(&(first, _, _)) = rewritten.first() {
+        // One scan from the first rewritten chunk: the rest of the series' chunks.
         let chunks = wtx.open_tree(TREE_CHUNKS)?;
-        for &(first, _, _) in rewritten {
-            let bytes = chunks
-                .get(chunk_key(id, first))?
-                .ok_or_else(|| Error::Corrupt(format!("series {id}: chunk at {first} gone")))?;
-            samples.extend(chunk::decode(bytes)?);
+        let from = chunk_key(id, first);
+        for item in chunks.range::<&[u8], _>(&from[..]..)?.take(rewritten.len()) {
+            samples.extend(chunk::decode(item?.1)?);
         }
     }
     if let Some(w) = samples
