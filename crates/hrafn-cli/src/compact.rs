@@ -3,9 +3,9 @@
 //!
 //! In place, the copy is written into a sibling directory `<name>.compacting` while the
 //! original is held open for writing (so no other writer can change it meanwhile); then,
-//! with the writer's lock taken again (and the original's files unchanged since it was
-//! closed), the two directories are exchanged in one atomic rename where the file system
-//! allows it (else renamed one after the other), and the original is removed. Since the
+//! with the writer's lock taken again (and the original's files and newest transaction
+//! unchanged since it was closed), the two directories are exchanged in one atomic rename,
+//! and the original is removed. A file system without that exchange is refused. Since the
 //! whole directory is replaced, one that holds no environment, holds other entries, or is
 //! a mount point is refused before anything is written.
 
@@ -163,7 +163,20 @@ fn in_place(dir: &Path) -> Result<CompactReport, Failure> {
         }
         Err(e) => return Err(left_as_it_was(format!("listing it: {e}"))),
     }
-    swap(&dir, &temp, &parent.join(format!("{name}.precompact")))?;
+    // File stats can miss a commit that kept every length within one timestamp tick, and
+    // were taken after the close: the newest transaction, read under the lock, cannot.
+    match newest_txn_id(&dir) {
+        Ok(newest) if newest == report.txn_id => {}
+        Ok(newest) => {
+            return Err(left_as_it_was(format!(
+                "another process committed to it as compaction ended (transaction {newest}, \
+                 the copy holds up to {}); compact again",
+                report.txn_id
+            )));
+        }
+        Err(f) => return Err(left_as_it_was(format!("reading it again: {}", f.message))),
+    }
+    swap(&dir, &temp)?;
     // The exchange is made durable before anything of the original is deleted.
     let sync_parent = || {
         std::fs::File::open(parent)
@@ -185,6 +198,17 @@ fn in_place(dir: &Path) -> Result<CompactReport, Failure> {
     })?;
     sync_parent()?;
     Ok(report)
+}
+
+/// The newest committed transaction of the environment in `dir`, read through a read-only
+/// open (which a writer's lock, held by the caller, does not exclude).
+fn newest_txn_id(dir: &Path) -> Result<u64, Failure> {
+    let env = crate::open(dir)?;
+    let txn_id = env
+        .begin_read()
+        .map_err(|e| crate::opening_failed(dir, e))?
+        .txn_id();
+    Ok(txn_id)
 }
 
 /// Refuses a directory that is a mount point: the copy is written beside it, on the
@@ -263,48 +287,53 @@ fn files_written(dir: &Path) -> std::io::Result<Vec<(String, u64, std::time::Sys
     Ok(files)
 }
 
-/// Puts the copy at `temp` in place of `dir`, and the original at `temp`: one atomic
-/// exchange, or (where the file system has none) renames through `aside`.
-fn swap(dir: &Path, temp: &Path, aside: &Path) -> Result<(), Failure> {
+/// Puts the copy at `temp` in place of `dir`, and the original at `temp`, in one atomic
+/// exchange. A file system without one is refused: two renames leave a moment with no
+/// directory at `dir`, where a crash, or another process's open (which would create an
+/// empty environment there), strands the data beside it.
+fn swap(dir: &Path, temp: &Path) -> Result<(), Failure> {
     use rustix::fs::{CWD, RenameFlags, renameat_with};
     use rustix::io::Errno;
-    let failed = |what: &str, e: &dyn std::fmt::Display| {
-        fail(
-            3,
-            format!(
-                "{what}: {e}; the original is at {} or {}, the compacted copy at {} or {}",
-                dir.display(),
-                aside.display(),
-                temp.display(),
-                dir.display()
-            ),
-        )
-    };
     match renameat_with(CWD, temp, CWD, dir, RenameFlags::EXCHANGE) {
-        Ok(()) => return Ok(()),
-        Err(e) if e == Errno::INVAL || e == Errno::NOSYS || e == Errno::OPNOTSUPP => {}
-        Err(e) => return Err(failed("exchanging the directories", &e)),
-    }
-    if aside.symlink_metadata().is_ok() {
-        return Err(fail(
-            3,
-            format!("{} exists: remove it, then compact again", aside.display()),
-        ));
-    }
-    std::fs::rename(dir, aside).map_err(|e| failed("moving the original aside", &e))?;
-    if let Err(e) = std::fs::rename(temp, dir) {
-        if std::fs::rename(aside, dir).is_ok() {
-            return Err(fail(
+        Ok(()) => Ok(()),
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(temp);
+            let hint = if e == Errno::INVAL || e == Errno::NOSYS || e == Errno::OPNOTSUPP {
+                "this file system cannot exchange two directories atomically; compact into \
+                 another directory with --into, then move it in place while nothing has it open"
+            } else {
+                "exchanging the directories"
+            };
+            Err(fail(
                 3,
-                format!(
-                    "moving the compacted copy in place: {e}; the original is back at {}, the \
-                     copy at {}",
-                    dir.display(),
-                    temp.display()
-                ),
-            ));
+                format!("{}: {hint}: {e}; it is left as it was", dir.display()),
+            ))
         }
-        return Err(failed("moving the copy in place", &e));
     }
-    std::fs::rename(aside, temp).map_err(|e| failed("moving the original", &e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the in-place swap compares with the copy's snapshot: a commit after it shows.
+    #[test]
+    fn the_newest_transaction_names_a_later_commit() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let env = Environment::open(dir.path(), Options::default()).expect("open");
+        let commit = |value: &[u8]| {
+            let mut wtx = env.begin_write().expect("write");
+            wtx.open_tree("t")
+                .expect("tree")
+                .insert(b"k", value)
+                .expect("insert");
+            wtx.commit().expect("commit");
+        };
+        commit(b"1");
+        let snapshot = env.begin_read().expect("read").txn_id();
+        assert_eq!(newest_txn_id(dir.path()).ok(), Some(snapshot));
+        // Same lengths, likely the same timestamp tick: only the transaction shows it.
+        commit(b"2");
+        assert_eq!(newest_txn_id(dir.path()).ok(), Some(snapshot + 1));
+    }
 }

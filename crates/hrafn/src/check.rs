@@ -556,17 +556,23 @@ fn walk_table<'a, S: PageSource<'a>>(
         let (page_number, marker) = entry?;
         pages.push((page_number, marker == PAGES_OVERFLOW_RUN.to_le_bytes()));
     }
-    let mut ids = Vec::new();
     for &(page_number, overflow) in &pages {
         if overflow {
+            // Validated first: the run's length, read from the page, is what gets marked.
+            let record = view.overflow_record(src, page_number)?;
             let run = src.page(page_number)?;
             walker.mark(
                 page_number,
                 overflow_page_count(crate::page::get_u64(run, crate::page::OFFSET_AUX)),
                 run,
             )?;
-            let record = view.overflow_record(src, page_number)?;
-            ids.push((table::make_id(page_number, 0), record));
+            table::write::check_indexed(
+                src,
+                &view,
+                &record.fields(),
+                table::make_id(page_number, 0),
+            )?;
+            records += 1;
             continue;
         }
         let page = src.page(page_number)?;
@@ -579,22 +585,35 @@ fn walk_table<'a, S: PageSource<'a>>(
             let record = view
                 .get(src, walker.next_page_number, id)?
                 .ok_or_else(|| corrupt(page_number, "live record unreadable"))?;
-            ids.push((id, record));
+            // Checked as found, so the check holds no table's records in memory.
+            table::write::check_indexed(src, &view, &record.fields(), id)?;
+            records += 1;
         }
         if live != table::write::live_bytes(page) {
             return Err(corrupt(page_number, "record page live bytes disagree"));
         }
     }
+    // The page list comes in page order, so a page is found by a binary search.
+    let is_record_page = |page_number: u64| {
+        pages
+            .binary_search_by_key(&page_number, |&(p, _)| p)
+            .is_ok_and(|i| !pages[i].1)
+    };
+    if view.active_page != 0 && !is_record_page(view.active_page) {
+        return Err(corrupt(
+            view.active_page,
+            "a table's active page is not one of its record pages",
+        ));
+    }
     for entry in fixed::FixedRange::new(src, view.candidates.root_page, 0, ..)? {
         let (page_number, _) = entry?;
-        if page_number == view.active_page || !pages.contains(&(page_number, false)) {
+        if page_number == view.active_page || !is_record_page(page_number) {
             return Err(corrupt(
                 page_number,
                 "reuse candidate is not an inactive record page",
             ));
         }
     }
-    records += ids.len() as u64;
     if records != header.entry_count {
         return Err(corrupt(
             root_page,
@@ -603,9 +622,6 @@ fn walk_table<'a, S: PageSource<'a>>(
                 header.entry_count
             ),
         ));
-    }
-    for (id, record) in &ids {
-        table::write::check_indexed(src, &view, &record.fields(), *id)?;
     }
     if let Some(pk) = view.primary_key
         && pk.entry_count != records

@@ -85,7 +85,8 @@ pub struct CompactProgress<'a> {
     pub entries: u64,
     /// Key, value and field bytes copied so far.
     pub data_bytes: u64,
-    /// Whether the copy is complete and durable.
+    /// Whether every tree is copied and the copy synced: the last call. The copy is renamed
+    /// into place after it returns, which can still fail (the call then returns the error).
     pub done: bool,
 }
 

@@ -490,3 +490,89 @@ fn a_remove_that_fails_part_way_fails_the_transaction() {
     );
     assert!(wtx.commit().is_err(), "a half-done remove cannot commit");
 }
+
+#[test]
+fn an_insert_that_meets_damage_fails_the_transaction() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let marker = *b"the last value!!";
+    {
+        let env = Environment::open(dir.path(), Options::default()).expect("open");
+        let mut wtx = env.begin_write().expect("write");
+        {
+            let mut t = wtx.open_fixed_tree("f", 16).expect("open");
+            for k in 0..5_000u64 {
+                t.insert(k, &value(k, 1, 16)).expect("insert");
+            }
+            t.insert(5_000, &marker).expect("insert");
+        }
+        wtx.commit().expect("commit");
+    }
+    common::damage_page_holding(dir.path(), &marker);
+    let env = Environment::open(dir.path(), Options::default()).expect("reopen");
+    let mut wtx = env.begin_write().expect("write");
+    let outcome = wtx
+        .open_fixed_tree("f", 16)
+        .expect("open")
+        .insert(5_001, &[7; 16]);
+    assert!(
+        matches!(outcome, Err(Error::Corruption { .. })),
+        "{outcome:?}"
+    );
+    assert!(
+        matches!(wtx.commit(), Err(Error::TransactionFailed { .. })),
+        "a failed insert cannot commit"
+    );
+}
+
+/// A full slotted leaf whose slots name one entry twice (its checksum made valid again)
+/// is corruption when an insert splits it, not halves that repeat one entry and lose
+/// another.
+#[test]
+fn a_split_of_a_leaf_with_damaged_slots_is_corruption() {
+    use hrafn::limits::{PAGE_HEADER_SIZE_BYTES, PAGE_SIZE_BYTES};
+    use hrafn::page::{self, PageKind};
+    // What a slotted leaf of 16-byte values holds: key, value and a 2-byte slot each.
+    let capacity = (PAGE_SIZE_BYTES - PAGE_HEADER_SIZE_BYTES) / (8 + 2 + 16);
+    let dir = tempfile::tempdir().expect("tempdir");
+    {
+        let env = Environment::open(dir.path(), Options::default()).expect("open");
+        let mut wtx = env.begin_write().expect("write");
+        {
+            let mut t = wtx.open_fixed_tree("f", 16).expect("open");
+            // Descending keys make the one leaf slotted and fill it.
+            for k in (1..=capacity as u64).rev() {
+                t.insert(k * 10, &[k as u8; 16]).expect("insert");
+            }
+        }
+        wtx.commit().expect("commit");
+    }
+    let path = dir.path().join(hrafn::DATA_FILE);
+    let mut data = std::fs::read(&path).expect("data file");
+    let leaf = (0..data.len() / PAGE_SIZE_BYTES)
+        .find(|&p| {
+            data[p * PAGE_SIZE_BYTES + page::OFFSET_KIND] == PageKind::FixedLeafSlotted as u8
+        })
+        .expect("a slotted leaf in the data file");
+    let bytes = &mut data[leaf * PAGE_SIZE_BYTES..(leaf + 1) * PAGE_SIZE_BYTES];
+    assert_eq!(
+        usize::from(page::get_u16(bytes, page::OFFSET_ENTRY_COUNT)),
+        capacity,
+        "the leaf is full"
+    );
+    let second = page::get_u16(bytes, PAGE_SIZE_BYTES - 4);
+    page::put_u16(bytes, PAGE_SIZE_BYTES - 2, second);
+    page::seal(bytes, leaf as u64);
+    std::fs::write(&path, &data).expect("write back");
+
+    let env = Environment::open(dir.path(), Options::default()).expect("reopen");
+    let mut wtx = env.begin_write().expect("write");
+    let outcome = wtx
+        .open_fixed_tree("f", 16)
+        .expect("open")
+        .insert(15, &[0; 16]);
+    assert!(
+        matches!(outcome, Err(Error::Corruption { .. })),
+        "{outcome:?}"
+    );
+    assert!(matches!(wtx.commit(), Err(Error::TransactionFailed { .. })));
+}

@@ -1249,3 +1249,96 @@ fn direct_appends_to_a_global_fixed_index_after_table_inserts_stay_in_order() {
     assert_eq!(keys.last(), Some(&u64::MAX));
     // (The integrity check would name the direct entries: no record gives them.)
 }
+
+/// Deleting a table whose overflow run claims more pages than its record fills (its
+/// checksum made valid again) fails with `Corruption`: freeing the run's claimed length
+/// would free pages of another tree.
+#[test]
+fn deleting_a_table_checks_its_runs_before_freeing_them() {
+    use hrafn::page::{OFFSET_AUX, get_u64, put_u64};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let schema = Schema::new(1);
+    let id = {
+        let env = open(dir.path());
+        let mut wtx = env.begin_write().expect("write");
+        let id = wtx
+            .open_table("t", &schema)
+            .expect("open")
+            .insert(&[&vec![7u8; 20_000]])
+            .expect("insert");
+        // Pages allocated after the run, which a longer run would take in.
+        let mut other = wtx.open_tree("other").expect("tree");
+        for i in 0..50u32 {
+            other.insert(i.to_be_bytes(), [1u8; 1_000]).expect("insert");
+        }
+        wtx.commit().expect("commit");
+        id
+    };
+    assert!(is_overflow(id));
+    // The run's length grows by two pages, and its checksum, which covers the whole run,
+    // is made valid over the longer run.
+    let path = dir.path().join(hrafn::DATA_FILE);
+    let mut data = std::fs::read(&path).expect("read");
+    let at = id as usize;
+    let len = get_u64(&data[at..], OFFSET_AUX) + 2 * PAGE_SIZE_BYTES as u64;
+    put_u64(&mut data[at..], OFFSET_AUX, len);
+    let run_bytes = hrafn::page::overflow_page_count(len) as usize * PAGE_SIZE_BYTES;
+    hrafn::page::seal(&mut data[at..at + run_bytes], id / PAGE_SIZE_BYTES as u64);
+    std::fs::write(&path, &data).expect("write");
+    let env = open(dir.path());
+    let mut wtx = env.begin_write().expect("write");
+    let deleted = wtx.delete_tree("t");
+    assert!(
+        matches!(deleted, Err(Error::Corruption { .. })),
+        "{deleted:?}"
+    );
+    assert!(matches!(wtx.commit(), Err(Error::TransactionFailed { .. })));
+    assert_eq!(
+        common::value_of(&env, "other", &7u32.to_be_bytes()),
+        Some(vec![1u8; 1_000])
+    );
+}
+
+/// A table state whose active page names a page that is not one of the table's record
+/// pages (its checksum made valid again) is damage the check reports: every later insert
+/// would fail on it.
+#[test]
+fn the_check_sees_an_active_page_that_is_not_a_record_page() {
+    use hrafn::page::{OFFSET_AUX, get_u64};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let schema = Schema::new(1);
+    let ids = closed_table(dir.path(), &schema, &[40, 40]);
+    let active = ids[0] / PAGE_SIZE_BYTES as u64;
+    {
+        let env = open(dir.path());
+        let mut wtx = env.begin_write().expect("write");
+        wtx.open_tree("other")
+            .expect("tree")
+            .insert(b"k", b"v")
+            .expect("insert");
+        wtx.commit().expect("commit");
+        env.check().expect("check before the damage");
+    }
+    let data = std::fs::read(dir.path().join(hrafn::DATA_FILE)).expect("read");
+    let at = active as usize * PAGE_SIZE_BYTES;
+    let tag = get_u64(&data[at..at + PAGE_SIZE_BYTES], OFFSET_AUX);
+    // The state: the table's tag, then its active page.
+    let state = [tag.to_le_bytes(), active.to_le_bytes()].concat();
+    let found = data
+        .windows(state.len())
+        .position(|w| w == state.as_slice())
+        .expect("the table's state in the data file");
+    let (state_page, in_page) = (found / PAGE_SIZE_BYTES, found % PAGE_SIZE_BYTES);
+    // Another page in use: the last one, which the later commit allocated.
+    let other = (data.len() / PAGE_SIZE_BYTES - 1) as u64;
+    assert_ne!(other, active);
+    damage_page(dir.path(), state_page as u64, |page| {
+        page[in_page + 8..in_page + 16].copy_from_slice(&other.to_le_bytes());
+    });
+    let env = open(dir.path());
+    let checked = env.check();
+    assert!(
+        matches!(checked, Err(Error::Corruption { .. })),
+        "{checked:?}"
+    );
+}

@@ -14,7 +14,7 @@
 //! that leaf.
 
 use super::node::{self, ValueRef};
-use super::{DEPTH_MAX, PageStore, Reading, TreeHeader, fits_inline};
+use super::{DEPTH_MAX, PageStore, TreeHeader, fits_inline};
 use crate::error::Result;
 use crate::limits::{PAGE_HEADER_SIZE_BYTES, PAGE_SIZE_BYTES};
 use crate::page::{OFFSET_AUX, PageKind, corrupt, overflow_page_count, put_u64};
@@ -557,13 +557,7 @@ fn drop_nested<S: PageStore>(
         super::TreeKind::Fixed { .. } => return crate::fixed::write::drop_tree(store, tree),
         super::TreeKind::Table => {
             // Record pages hang off the table's page list, not off its trees.
-            match super::get_stored(Reading(&*store), tree.root_page, crate::table::keys::PAGES)? {
-                Some(ValueRef::Tree(bytes)) => {
-                    let pages = TreeHeader::decode(bytes, tree.root_page)?;
-                    crate::table::write::drop_records(store, &pages)?;
-                }
-                _ => return Err(corrupt(tree.root_page, "table without its page list")),
-            }
+            crate::table::write::drop_records(store, tree.root_page)?;
         }
         super::TreeKind::BTree | super::TreeKind::Multi => {}
     }

@@ -154,6 +154,11 @@ fn insert_or_redistribute<S: PageStore>(
             // Full: split into packed halves. An insert past the last key keeps the left
             // leaf full (sequential keys fill leaves completely); otherwise half and half.
             let split = if i == n { n } else { n / 2 };
+            // The halves are read through the slots: a damaged slot would duplicate one
+            // entry and drop another without a word.
+            if slotted && !slots_name_each_entry_once(store.page(leaf)?) {
+                return Err(corrupt(leaf, "slots do not name each entry once"));
+            }
             let entries = leaf_entries(store.page(leaf)?, 0..n, value_size);
             let right = new_leaf(store, value_size)?;
             let at_split = split * (8 + value_size);

@@ -359,6 +359,31 @@ pub(crate) fn local_index_key(name: &str) -> Vec<u8> {
     [keys::INDEX_PREFIX, name.as_bytes()].concat()
 }
 
+/// The record held by the overflow run at `page_number`, which must carry table `tag`.
+///
+/// # Errors
+/// Corruption when the run is not a record of that table.
+pub(crate) fn overflow_record<'a, S: PageSource<'a>>(
+    src: S,
+    page_number: u64,
+    tag: u64,
+) -> Result<Record<'a>> {
+    let value = btree::resolve_value(
+        src,
+        btree::node::ValueRef::Overflow {
+            first_page: page_number,
+            len_bytes: get_u64(src.page(page_number)?, OFFSET_AUX),
+        },
+    )?;
+    if value.len() < OVERFLOW_TAG_BYTES || get_u64(value, 0) != tag {
+        return Err(corrupt(
+            page_number,
+            "overflow run is not a record of this table",
+        ));
+    }
+    Record::decode(&value[OVERFLOW_TAG_BYTES..], page_number)
+}
+
 impl TableView {
     /// Reads a table's state and trees; `global` finds a global index's tree by name (and
     /// checks its kind).
@@ -472,20 +497,7 @@ impl TableView {
         src: S,
         page_number: u64,
     ) -> Result<Record<'a>> {
-        let value = btree::resolve_value(
-            src,
-            btree::node::ValueRef::Overflow {
-                first_page: page_number,
-                len_bytes: get_u64(src.page(page_number)?, OFFSET_AUX),
-            },
-        )?;
-        if value.len() < OVERFLOW_TAG_BYTES || get_u64(value, 0) != self.tag {
-            return Err(corrupt(
-                page_number,
-                "overflow run is not a record of this table",
-            ));
-        }
-        Record::decode(&value[OVERFLOW_TAG_BYTES..], page_number)
+        overflow_record(src, page_number, self.tag)
     }
 
     /// The first record after `bound` in id order, or with `reverse` the last one before
@@ -526,7 +538,10 @@ impl TableView {
         for entry in pages {
             let (page_number, marker) = entry?;
             if marker == PAGES_OVERFLOW_RUN.to_le_bytes() {
-                let id = make_id(page_number, 0);
+                // Not read yet, so a damaged page number must not overflow its id.
+                let id = page_number
+                    .checked_mul(PAGE_SIZE_BYTES as u64)
+                    .ok_or_else(|| corrupt(page_number, "record page number out of range"))?;
                 if admits(id) {
                     return Ok(Some((id, self.overflow_record(src, page_number)?)));
                 }

@@ -641,11 +641,22 @@ fn free_record_page<S: PageStore>(
     Ok(())
 }
 
-/// Frees every record page and overflow run of a table (its trees are the caller's).
+/// Frees every record page and overflow run of the table rooted at `table_root` (its
+/// trees are the caller's). Each page is checked to be one of the table's records first:
+/// a damaged page list, or a run's damaged length, would otherwise free pages that other
+/// trees still use.
 ///
 /// # Errors
 /// Corruption.
-pub fn drop_records<S: PageStore>(store: &mut S, pages: &TreeHeader) -> Result<()> {
+pub fn drop_records<S: PageStore>(store: &mut S, table_root: u64) -> Result<()> {
+    let tag = btree::get(Reading(&*store), table_root, super::keys::STATE)?
+        .filter(|state| state.len() == super::STATE_BYTES)
+        .map(|state| crate::page::get_u64(state, 0))
+        .ok_or_else(|| corrupt(table_root, "table state missing"))?;
+    let pages = match btree::get_stored(Reading(&*store), table_root, super::keys::PAGES)? {
+        Some(btree::node::ValueRef::Tree(bytes)) => TreeHeader::decode(bytes, table_root)?,
+        _ => return Err(corrupt(table_root, "table without its page list")),
+    };
     let mut runs = Vec::new();
     for entry in fixed::FixedRange::new(Reading(store), pages.root_page, 4, ..)? {
         let (page_number, marker) = entry?;
@@ -653,8 +664,11 @@ pub fn drop_records<S: PageStore>(store: &mut S, pages: &TreeHeader) -> Result<(
     }
     for (page_number, overflow) in runs {
         let count = if overflow {
+            // The record fills its run exactly, so the run's length is checked too.
+            super::overflow_record(Reading(&*store), page_number, tag)?;
             overflow_page_count(crate::page::get_u64(store.page(page_number)?, OFFSET_AUX))
         } else {
+            validate_page(store.page(page_number)?, page_number, tag)?;
             1
         };
         store.free(page_number, count);

@@ -182,7 +182,10 @@ impl<'t, 'env> FixedTreeMut<'t, 'env> {
         }
         let mut header = self.header();
         let mut hint = self.txn.trees[self.index].fixed_append_hint.take();
-        let replaced = fixed::write::insert_hinted(self.txn, &mut header, key, value, &mut hint)?;
+        // A split that fails half way (a leaf cut, its separator not yet in the parent)
+        // leaves entries no tree reaches: the transaction can then only be dropped.
+        let inserted = fixed::write::insert_hinted(self.txn, &mut header, key, value, &mut hint);
+        let replaced = self.txn.fail_on_error(inserted)?;
         self.txn.trees[self.index].fixed_append_hint = hint;
         self.set_header(header)?;
         Ok(replaced)
