@@ -27,7 +27,7 @@ use hrafn::btree::TreeKind;
 use hrafn::table::Schema;
 use hrafn::walk::{Item, Loader, RecordOrder, walk};
 use hrafn::{Environment, Error};
-use std::io::{BufRead, Write};
+use std::io::{BufRead, Read, Write};
 
 /// The first line of a dump.
 pub const DUMP_HEADER: &str = "hrafn-dump 2";
@@ -35,6 +35,8 @@ pub const DUMP_HEADER: &str = "hrafn-dump 2";
 const DUMP_HEADER_1: &str = "hrafn-dump 1";
 /// The last line of a dump (version 2 on): a dump cut short lacks it.
 const DUMP_DONE: &str = "done";
+/// Bytes read for the first line at most: far more than any header.
+const HEADER_BYTES_MAX: u64 = 64;
 
 fn hex(bytes: &[u8]) -> String {
     if bytes.is_empty() {
@@ -127,11 +129,20 @@ pub fn dump(env: &Environment, out: &mut impl Write) -> Result<(), Failure> {
 /// input leaves no new environment behind.
 pub fn load(
     open: impl FnOnce() -> Result<Environment, Failure>,
-    input: impl BufRead,
+    mut input: impl BufRead,
 ) -> Result<u64, Failure> {
-    let mut lines = input.lines();
-    let first = lines.next().transpose()?.unwrap_or_default();
-    let closed = match first.as_str() {
+    let read_failed = |line: usize, e: std::io::Error| {
+        crate::fail(3, format!("reading the dump at line {line}: {e}"))
+    };
+    // The header is short: a file of no lines (a binary file, /dev/zero) is not read whole.
+    let mut first = Vec::new();
+    (&mut input)
+        .take(HEADER_BYTES_MAX)
+        .read_until(b'\n', &mut first)
+        .map_err(|e| read_failed(1, e))?;
+    let first = String::from_utf8_lossy(&first);
+    let first = first.trim_end_matches('\n').trim_end_matches('\r');
+    let closed = match first {
         DUMP_HEADER => true,
         DUMP_HEADER_1 => false,
         _ => {
@@ -144,9 +155,9 @@ pub fn load(
     let env = open()?;
     let mut loader = Loader::new(&env);
     let mut done = false;
-    for (i, line) in lines.enumerate() {
+    for (i, line) in input.lines().enumerate() {
         let line_number = i + 2;
-        let line = line?;
+        let line = line.map_err(|e| read_failed(line_number, e))?;
         if done {
             if line.is_empty() {
                 continue;
@@ -239,4 +250,37 @@ pub fn load(
 /// the dump, not the environment, is at fault.
 fn at_line(line_number: usize, e: Error) -> Failure {
     crate::fail(3, format!("dump line {line_number}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Zero bytes without end, and no newline: what `/dev/zero` or a binary file gives.
+    struct Zeros {
+        served_bytes: usize,
+    }
+
+    impl Read for Zeros {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            assert!(self.served_bytes < 1 << 20, "read far past any header");
+            buf.fill(0);
+            self.served_bytes += buf.len();
+            Ok(buf.len())
+        }
+    }
+
+    #[test]
+    fn input_without_lines_is_refused_after_its_first_bytes() {
+        let input = std::io::BufReader::new(Zeros { served_bytes: 0 });
+        let loaded = load(|| Err(crate::fail(3, "must not open")), input);
+        let Err(failure) = loaded else {
+            panic!("zeros loaded as a dump");
+        };
+        assert!(
+            failure.message.contains("not a dump"),
+            "{}",
+            failure.message
+        );
+    }
 }

@@ -85,8 +85,15 @@ enum Command {
     /// Writes every tree, nested tree and table as portable text (`docs/dump.md`) to
     /// standard output.
     Dump { dir: PathBuf },
-    /// Reads a dump from standard input into the environment (made if missing).
-    Load { dir: PathBuf },
+    /// Reads a dump from standard input into the environment (made if missing). An
+    /// environment that already holds trees is refused unless `--merge` is given.
+    Load {
+        dir: PathBuf,
+        /// Load into an environment that already holds trees: trees the dump names are
+        /// added to and entries with equal keys replaced.
+        #[arg(long)]
+        merge: bool,
+    },
     /// Backs the environment up into directory OUT (new or empty) while others use it. A
     /// full backup opens it read-only (it may be open in another process); with
     /// `--chain` or `--incremental` it opens it for writing (no other process may).
@@ -287,6 +294,33 @@ fn open(dir: &Path) -> Result<Environment, Failure> {
     Environment::open_read_only(dir, Options::default()).map_err(|e| opening_failed(dir, e))
 }
 
+/// Refuses an environment that already holds trees: a load would add to them and replace
+/// equal keys, and a load that failed half way could not simply be run again.
+fn refuse_trees(dir: &Path, env: &Environment) -> Result<(), Failure> {
+    let trees = env
+        .begin_read()
+        .and_then(|rtx| rtx.list_trees())
+        .map_err(|e| opening_failed(dir, e))?;
+    if trees.is_empty() {
+        return Ok(());
+    }
+    let shown: Vec<&str> = trees.iter().take(5).map(String::as_str).collect();
+    let more = if trees.len() > shown.len() {
+        ", …"
+    } else {
+        ""
+    };
+    Err(fail(
+        2,
+        format!(
+            "{} already holds trees ({}{more}): loading would add to them and replace equal \
+             keys; load into a new directory, or pass --merge",
+            dir.display(),
+            shown.join(", ")
+        ),
+    ))
+}
+
 /// An environment that could not be opened. Damage found while opening exits 1, as damage
 /// `check` finds later does; a directory with no environment, or any other failure, 3.
 pub(crate) fn opening_failed(dir: &Path, e: Error) -> Failure {
@@ -368,9 +402,15 @@ fn run(command: Command, out: &mut impl Write) -> Result<(), Failure> {
         }
         Command::Dump { dir } => dump::dump(&open(&dir)?, out).map_err(copy_cut_short("dump")),
         Command::Compact { dir, into } => compact::compact(&dir, into.as_deref(), out),
-        Command::Load { dir } => {
-            let open =
-                || Environment::open(&dir, Options::default()).map_err(|e| opening_failed(&dir, e));
+        Command::Load { dir, merge } => {
+            let open = || {
+                let env = Environment::open(&dir, Options::default())
+                    .map_err(|e| opening_failed(&dir, e))?;
+                if !merge {
+                    refuse_trees(&dir, &env)?;
+                }
+                Ok(env)
+            };
             let stdin = std::io::stdin();
             // A bar by bytes when the dump comes from a file (its size is known).
             let size_bytes = stdin

@@ -98,7 +98,8 @@ pub(crate) enum TsCommand {
     /// Drops the data older than `--before`: whole chunks, and series left empty.
     Retain {
         dir: PathBuf,
-        /// The cutoff: ms since the Unix epoch or a `now-` form such as now-30d.
+        /// The cutoff: ms since the Unix epoch or a `now-` form such as now-30d; a time
+        /// later than now is refused.
         #[arg(long, value_name = "TIME", value_parser = parse_time, allow_hyphen_values = true)]
         before: i64,
     },
@@ -256,6 +257,18 @@ pub(crate) fn run(command: TsCommand, out: &mut impl Write) -> Result<(), Failur
             Ok(())
         }
         TsCommand::Retain { dir, before } => {
+            // A cutoff past now drops everything: most likely a mistake (microseconds for
+            // milliseconds, `now+` for `now-`), and not one to find out after.
+            let now = now_ms().map_err(|e| fail(3, e))?;
+            if before > now {
+                return Err(fail(
+                    2,
+                    format!(
+                        "--before {before} is later than now ({now} ms since the Unix epoch): \
+                         it would drop every sample; give a time up to now, in milliseconds"
+                    ),
+                ));
+            }
             let store = open_existing(&dir, true)?;
             let report = store
                 .drop_before(before)

@@ -166,20 +166,34 @@ fn a_dump_loads_back_into_an_identical_database() {
     assert!(check.status.success(), "{check:?}");
     assert_eq!(stdout(&hrafn(&["trees", c])), stdout(&hrafn(&["trees", d])));
 
-    // A damaged dump is refused with its line number.
-    let refused = load_into(
-        c,
-        b"hrafn-dump 1\ntree 7573657273 btree\nentry zz 00\nend\n",
+    // Loading again into the copy, which now holds trees, is refused and changes
+    // nothing; with --merge it adds to them.
+    let again = load_into(c, text.as_bytes());
+    assert_eq!(again.status.code(), Some(2), "{again:?}");
+    assert!(stderr(&again).contains("--merge"), "{again:?}");
+    assert_eq!(
+        stdout(&hrafn(&["dump", c])),
+        text,
+        "the refused load changed nothing"
     );
+    let extra = b"hrafn-dump 1\ntree 74 btree\nentry 6b 76\nend\n";
+    let merged = load_into_with(c, &["--merge"], extra);
+    assert!(merged.status.success(), "{merged:?}");
+    let trees = stdout(&hrafn(&["trees", c]));
+    assert!(trees.lines().any(|l| l.starts_with("t\t")), "{trees}");
+    assert!(trees.lines().any(|l| l.starts_with("series\t")), "{trees}");
+
+    let feed = |input: &[u8]| {
+        let target = tempfile::tempdir().expect("tempdir");
+        load_into(target.path().to_str().expect("utf-8 path"), input)
+    };
+    // A damaged dump is refused with its line number.
+    let refused = feed(b"hrafn-dump 1\ntree 7573657273 btree\nentry zz 00\nend\n");
     assert_eq!(refused.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&refused.stderr).contains("line 3"));
 
     // A dump cut off (here before its last tree's `end` and the closing `done`, and then
     // after a whole tree but before `done`) is refused, not loaded as a smaller database.
-    let feed = |input: &[u8]| {
-        let target = tempfile::tempdir().expect("tempdir");
-        load_into(target.path().to_str().expect("utf-8 path"), input)
-    };
     let cut_at = text.rfind("\nend\n").expect("an end line") + 1;
     for cut in [&text[..cut_at], &text[..text.len() - "done\n".len()]] {
         let cut_off = feed(cut.as_bytes());
@@ -230,8 +244,14 @@ fn a_dump_into_a_closed_pipe_fails() {
 
 /// Runs `hrafn load DIR` with `input` on its standard input.
 fn load_into(dir: &str, input: &[u8]) -> Output {
+    load_into_with(dir, &[], input)
+}
+
+/// Runs `hrafn load DIR FLAGS...` with `input` on its standard input.
+fn load_into_with(dir: &str, flags: &[&str], input: &[u8]) -> Output {
     let mut load = Command::new(env!("CARGO_BIN_EXE_hrafn"))
         .args(["load", dir])
+        .args(flags)
         .stdin(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()

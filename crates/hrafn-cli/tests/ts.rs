@@ -486,6 +486,14 @@ fn retain_drops_old_chunks_and_empty_series() {
     assert!(times.len() < 1000, "{left}");
     assert_eq!(ok(&["ts", "labels", &db, "__name__"]), "load\n");
 
+    // A cutoff later than now (microseconds, `now+`) is refused and drops nothing.
+    for future in ["now+1d", "1700000000000000"] {
+        let refused = hrafn(&["ts", "retain", &db, "--before", future]);
+        assert_eq!(refused.status.code(), Some(2), "{future}: {refused:?}");
+        assert!(stderr(&refused).contains("later than now"), "{refused:?}");
+    }
+    assert_eq!(ok(&["ts", "labels", &db, "__name__"]), "load\n");
+
     // A `now-` cutoff well after all samples leaves nothing.
     let report = ok(&["ts", "retain", &db, "--before", "now-30d"]);
     assert!(field(&report, "cutoff") > 1_600_000_000_000, "{report}");
