@@ -55,7 +55,10 @@
 //!   process faults in to its control group, so at most about N MiB of the graph stays
 //!   resident and the rest is read again as the walks go. The child drops the data file's
 //!   cached pages before each variant, so that each starts cold and what the parent cached
-//!   (charged to the parent's group) does not count.
+//!   (charged to the parent's group) does not count. Under systemd the child reads its
+//!   group's `memory.max` first: where the memory controller is not delegated to the
+//!   user's manager, `MemoryMax` is accepted and does nothing, so the child says so and
+//!   walks as below instead.
 //! - Elsewhere there is no limit to enforce: instead, before each walk the environment is
 //!   closed and the data file's cached pages dropped with
 //!   `posix_fadvise(POSIX_FADV_DONTNEED)` (through `rustix`, no unsafe code), so every
@@ -162,12 +165,13 @@ fn degree_summary(mut degrees: Vec<u32>) -> String {
     degrees.sort_unstable();
     let n = degrees.len();
     let mean = degrees.iter().map(|&d| f64::from(d)).sum::<f64>() / n as f64;
-    let p99 = degrees[((n - 1) as f64 * 0.99).round() as usize];
+    let pct = |p| crate::result::percentile_sorted(&degrees, p).unwrap_or(0);
     let zero = degrees.iter().take_while(|&&d| d == 0).count();
     format!(
-        "max {}, mean {mean:.2}, p50 {}, p99 {p99}, {:.1}% of nodes with none",
+        "max {}, mean {mean:.2}, p50 {}, p99 {}, {:.1}% of nodes with none",
         degrees[n - 1],
-        degrees[(n - 1) / 2],
+        pct(50.0),
+        pct(99.0),
         zero as f64 * 100.0 / n as f64
     )
 }
@@ -463,8 +467,10 @@ fn measure(q: &dyn Queries, w: &Workload, nodes: usize, edges: usize) -> Result<
     Ok(m)
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+/// The `p`th percentile (0..=100) of `times` by the crate's nearest-rank method (the
+/// lists here are never empty: their lengths are constants).
+fn percentile(times: &[Duration], p: f64) -> Duration {
+    crate::result::percentile_sorted(times, p).unwrap_or_default()
 }
 
 fn mean(times: &[Duration]) -> Duration {
@@ -475,7 +481,8 @@ fn mean(times: &[Duration]) -> Duration {
 struct Column {
     load_s: f64,
     nodes_load_s: Option<f64>,
-    flush_s: f64,
+    /// `None` for LMDB, which syncs inside its commits: nothing is left to flush.
+    flush_s: Option<f64>,
     disk_bytes: u64,
     m: Measured,
 }
@@ -605,13 +612,13 @@ fn run_store(
     let column = Column {
         load_s,
         nodes_load_s: Some(nodes_load_s),
-        flush_s,
+        flush_s: Some(flush_s),
         disk_bytes: crate::sys::dir_bytes(dir)?,
         m,
     };
     let extras = StoreExtras {
-        own_snapshot_p50: percentile(&own_snapshot, 0.5),
-        bare_p50: percentile(&bare, 0.5),
+        own_snapshot_p50: percentile(&own_snapshot, 50.0),
+        bare_p50: percentile(&bare, 50.0),
         paths_threaded_mean: mean(&paths_threaded),
     };
     Ok((column, extras))
@@ -658,7 +665,7 @@ fn run_btree(dir: &Path, nodes: usize, gen_edges: &[GenEdge], w: &Workload) -> R
     Ok(Column {
         load_s,
         nodes_load_s: None,
-        flush_s,
+        flush_s: Some(flush_s),
         disk_bytes: crate::sys::dir_bytes(dir)?,
         m,
     })
@@ -693,10 +700,19 @@ fn run_lmdb(dir: &Path, nodes: usize, gen_edges: &[GenEdge], w: &Workload) -> Re
     Ok(Column {
         load_s,
         nodes_load_s: None,
-        flush_s: 0.0,
+        flush_s: None,
         disk_bytes: crate::sys::dir_bytes(dir)?,
         m: measured.context("LMDB measured nothing")?,
     })
+}
+
+/// Node numbers are `u32` and a path query needs two nodes.
+fn check_nodes(nodes: usize) -> Result<()> {
+    ensure!(
+        nodes >= 2 && nodes <= u32::MAX as usize,
+        "--nodes must be 2 to 2^32 - 1"
+    );
+    Ok(())
 }
 
 /// What `graph` runs.
@@ -718,10 +734,9 @@ pub fn run(
     keep: bool,
     dir: &Path,
 ) -> Result<()> {
-    ensure!(
-        nodes >= 2 && nodes <= u32::MAX as usize,
-        "--nodes must be 2 to 2^32 - 1"
-    );
+    check_nodes(nodes)?;
+    // Without edges the B+tree baseline has no tree to read and no per-edge figure exists.
+    ensure!(edges >= 1, "--edges must be at least 1");
     let started = Instant::now();
     let t = Instant::now();
     let gen_edges = generate(nodes, edges);
@@ -795,20 +810,18 @@ pub fn run(
     );
     let edges_per_s = |c: &Column| edges as f64 / c.load_s;
     row("load edges/s", &|c| format!("{:.0}", edges_per_s(c)));
-    row("1-hop p50", &|c| us(percentile(&c.m.one_hop, 0.5)));
-    row("1-hop p99", &|c| us(percentile(&c.m.one_hop, 0.99)));
-    row("2-hop p50", &|c| us(percentile(&c.m.two_hop, 0.5)));
+    row("1-hop p50", &|c| us(percentile(&c.m.one_hop, 50.0)));
+    row("1-hop p99", &|c| us(percentile(&c.m.one_hop, 99.0)));
+    row("2-hop p50", &|c| us(percentile(&c.m.two_hop, 50.0)));
     row("BFS depth 3 mean", &|c| ms(mean(&c.m.bfs)));
     row("shortest path mean", &|c| ms(mean(&c.m.paths)));
     println!();
-    row("  2-hop p99", &|c| us(percentile(&c.m.two_hop, 0.99)));
+    row("  2-hop p99", &|c| us(percentile(&c.m.two_hop, 99.0)));
     row("  load nodes/s", &|c| {
         c.nodes_load_s
             .map_or("-".into(), |s| format!("{:.0}", nodes as f64 / s))
     });
-    row("  flush and sync after load", &|c| {
-        format!("{:.2} s", c.flush_s)
-    });
+    row("  flush and sync after load", &|c| seconds(c.flush_s));
     row("  disk bytes per edge", &|c| {
         format!("{:.1}", c.disk_bytes as f64 / edges as f64)
     });
@@ -831,7 +844,7 @@ pub fn run(
         "notes: {THREADS} load threads, {EDGE_BATCH} edges per transaction, durable default options; the graph store writes an edge record and both adjacency directions, the baselines the out-adjacency only; LMDB is read through this bench's engine interface (scans of {LMDB_FIRST_SCAN} entries, continued while the node lasts)"
     );
     let rate = report_csv_load(&dir.join("csv"), nodes, &gen_edges, keep)?;
-    let p50 = percentile(&store.m.one_hop, 0.5);
+    let p50 = percentile(&store.m.one_hop, 50.0);
     println!(
         "targets: 1-hop p50 <= 5 us: {} ({}); bulk load (from CSV) >= 1M edges/s: {}",
         met(p50 <= Duration::from_micros(5)),
@@ -850,44 +863,105 @@ fn met(ok: bool) -> &'static str {
     if ok { "met" } else { "NOT met" }
 }
 
-/// The bulk-load target's verdict on `rate` edges/s.
-fn verdict(rate: f64) -> String {
-    format!("{} ({rate:.0} edges/s)", met(rate >= 1e6))
+/// The bulk-load target's verdict on `rate` edges/s; a rate not measured is no verdict.
+fn verdict(rate: Option<f64>) -> String {
+    match rate {
+        Some(rate) => format!("{} ({rate:.0} edges/s)", met(rate >= 1e6)),
+        None => "not measured".to_string(),
+    }
 }
 
-/// Runs [`run_csv_load`] and prints its line; returns the edges' rate.
-fn report_csv_load(dir: &Path, nodes: usize, gen_edges: &[GenEdge], keep: bool) -> Result<f64> {
+/// Seconds, or "-" for a figure not measured.
+fn seconds(s: Option<f64>) -> String {
+    s.map_or("-".into(), |s| format!("{s:.2} s"))
+}
+
+/// Runs [`run_csv_load`] and prints its line; returns the edges' rate, if measured.
+fn report_csv_load(
+    dir: &Path,
+    nodes: usize,
+    gen_edges: &[GenEdge],
+    keep: bool,
+) -> Result<Option<f64>> {
     let csv = run_csv_load(dir, nodes, gen_edges, keep)?;
-    let rate = gen_edges.len() as f64 / csv.edges_s;
+    let head = "bulk load from CSV (graph store, Graph::load_csv, durable, into an empty graph)";
+    let files_mb = csv.file_bytes as f64 / 1e6;
+    let (Some(nodes_s), Some(e)) = (csv.nodes_s, &csv.edges) else {
+        println!(
+            "{head}: not measured (the load never reported all {nodes} nodes stored, so its node and edge parts cannot be told apart); files {files_mb:.0} MB"
+        );
+        return Ok(None);
+    };
+    let rate = e.rate(gen_edges.len());
     println!(
-        "bulk load from CSV (graph store, Graph::load_csv, durable, into an empty graph): {rate:.0} edges/s ({:.1} s for the edge file, the first edges stored after {:.1} s; rows read and stored in rounds of {} in locality order, transactions of {}; {:.1} GB of pages changed and {:.1} GB journaled for the edges), {:.0} nodes/s; files {:.0} MB",
-        csv.edges_s,
-        csv.first_edges_s,
+        "{head}: {} edges/s ({:.1} s for the edge file, the first edges stored after {}; rows read and stored in rounds of {} in locality order, transactions of {}; {:.1} GB of pages changed and {:.1} GB journaled for the edges), {:.0} nodes/s; files {files_mb:.0} MB",
+        rate.map_or("-".into(), |r| format!("{r:.0}")),
+        e.edges_s,
+        e.first_edges_s.map_or("-".into(), |s| format!("{s:.1} s")),
         hrafn_graph::load::ROUND_EDGES,
         hrafn_graph::load::EDGE_ROWS_PER_TXN,
-        csv.edge_pages_bytes as f64 / 1e9,
-        csv.edge_journal_bytes as f64 / 1e9,
-        nodes as f64 / csv.nodes_s,
-        csv.file_bytes as f64 / 1e6
+        e.pages_bytes as f64 / 1e9,
+        e.journal_bytes as f64 / 1e9,
+        nodes as f64 / nodes_s,
     );
     Ok(rate)
 }
 
 /// What the CSV bulk load took.
 struct CsvLoad {
+    /// The node file; `None` (and no `edges` either) where the load never reported all
+    /// nodes stored, the moment the two parts are told apart at.
+    nodes_s: Option<f64>,
+    edges: Option<EdgeFigures>,
+    /// Both files' sizes.
+    file_bytes: u64,
+}
+
+/// The edge file's part of a CSV load.
+struct EdgeFigures {
     /// From the first edge row read to the last edge stored.
     edges_s: f64,
     /// From the first edge row read to the first edge transaction stored: the first
-    /// round's reading, ordering and first transaction, while no edge is stored yet.
-    first_edges_s: f64,
-    /// The node file.
-    nodes_s: f64,
-    /// Both files' sizes.
-    file_bytes: u64,
+    /// round's reading, ordering and first transaction, while no edge is stored yet
+    /// (`None` if no edge transaction was reported).
+    first_edges_s: Option<f64>,
     /// Bytes of the pages the edge file's transactions changed (each page counted once
     /// per transaction), and the bytes of their journal records.
-    edge_pages_bytes: u64,
-    edge_journal_bytes: u64,
+    pages_bytes: u64,
+    journal_bytes: u64,
+}
+
+impl EdgeFigures {
+    /// `edges` over the edge part's time; `None` with no edges or no time to divide by.
+    fn rate(&self, edges: usize) -> Option<f64> {
+        (edges > 0 && self.edges_s > 0.0).then(|| edges as f64 / self.edges_s)
+    }
+}
+
+/// Splits a load from `started` to `end` at `nodes_done`, when all nodes were reported
+/// stored (with the stats then; `after` are those at the end). Without that moment
+/// neither part has a figure: taking the end for it made the edges' time 0 and their rate
+/// infinite.
+fn split_load(
+    started: Instant,
+    nodes_done: Option<(Instant, hrafn::Stats)>,
+    first_edges: Option<Instant>,
+    end: Instant,
+    after: &hrafn::Stats,
+) -> (Option<f64>, Option<EdgeFigures>) {
+    let Some((done, before)) = nodes_done else {
+        return (None, None);
+    };
+    let edges = EdgeFigures {
+        edges_s: end.saturating_duration_since(done).as_secs_f64(),
+        first_edges_s: first_edges.map(|t| t.saturating_duration_since(done).as_secs_f64()),
+        pages_bytes: after.dirty_page_bytes - before.dirty_page_bytes,
+        journal_bytes: after.journal_bytes_written - before.journal_bytes_written,
+    };
+    (
+        Some(done.saturating_duration_since(started).as_secs_f64()),
+        Some(edges),
+    )
 }
 
 /// Writes the generated graph as the loader's two CSV files (`id,label` and
@@ -944,7 +1018,6 @@ fn run_csv_load(
     })?;
     let end = Instant::now();
     let after = env.stats();
-    let (nodes_done, before) = nodes_done.unwrap_or_else(|| (end, after.clone()));
     ensure!(
         report.nodes == nodes as u64 && report.edges == gen_edges.len() as u64,
         "loaded {} nodes and {} edges",
@@ -962,18 +1035,16 @@ fn run_csv_load(
     } else {
         dir.to_path_buf()
     })?;
+    let (nodes_s, edges) = split_load(started, nodes_done, first_edges, end, &after);
     Ok(CsvLoad {
-        edges_s: (end - nodes_done).as_secs_f64(),
-        first_edges_s: (first_edges.unwrap_or(end) - nodes_done).as_secs_f64(),
-        nodes_s: (nodes_done - started).as_secs_f64(),
+        nodes_s,
+        edges,
         file_bytes,
-        edge_pages_bytes: after.dirty_page_bytes - before.dirty_page_bytes,
-        edge_journal_bytes: after.journal_bytes_written - before.journal_bytes_written,
     })
 }
 
 /// How the larger-than-memory walks keep the graph on disk.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Cold {
     /// The data file's cached pages are dropped before each walk.
     EachWalk,
@@ -1028,6 +1099,40 @@ fn larger_than_memory(dir: &Path, nodes: usize, limit_mib: u64) -> Result<()> {
     Ok(())
 }
 
+/// The `graph-cold` child: joins `group` (made by the parent, which set its limit) if
+/// given, else (started by `systemd-run --scope`) checks that its own group is limited.
+pub fn cold_child(dir: &Path, nodes: usize, limit_mib: u64, group: Option<&Path>) -> Result<()> {
+    check_nodes(nodes)?;
+    let how = match group {
+        Some(group) => {
+            crate::sys::MemoryGroup::join(group)?;
+            Cold::UnderLimit(limit_mib)
+        }
+        None => {
+            let max = crate::sys::own_memory_max();
+            let how = cold_mode(limit_mib, max);
+            if how == Cold::EachWalk {
+                println!(
+                    "WARNING: no memory limit of {limit_mib} MiB is in force: this process's control group has {} (where the memory controller is not delegated, systemd accepts MemoryMax and applies nothing); the data file's pages are dropped from the page cache before each walk instead",
+                    max.map_or("no memory.max".into(), |b| format!("memory.max {b}"))
+                );
+            }
+            how
+        }
+    };
+    cold(dir, nodes, how)
+}
+
+/// Where systemd was asked for a limit: walk under it if this process's group has it
+/// (`memory_max`), else with the pages dropped before each walk.
+fn cold_mode(limit_mib: u64, memory_max: Option<u64>) -> Cold {
+    if memory_max == Some(limit_mib << 20) {
+        Cold::UnderLimit(limit_mib)
+    } else {
+        Cold::EachWalk
+    }
+}
+
 /// Drops the data file's pages from the page cache (the environment must be closed: the
 /// kernel keeps pages a mapping holds).
 fn drop_page_cache(dir: &Path) -> Result<()> {
@@ -1059,6 +1164,8 @@ enum ColdWalk {
 /// of the module docs, to depth [`BFS_DEPTH`] and then over the whole graph; prints one
 /// line per variant.
 pub fn cold(dir: &Path, nodes: usize, how: Cold) -> Result<()> {
+    // The starts are drawn from 1..=nodes.
+    check_nodes(nodes)?;
     let mut rng = StdRng::seed_from_u64(SEED + 2);
     let starts: Vec<u64> = (0..COLD_WALKS)
         .map(|_| rng.gen_range(1..=nodes as u64))
@@ -1246,6 +1353,80 @@ mod tests {
         cold(&graph, 500, Cold::EachWalk).expect("cold, each walk");
         cold(&graph, 500, Cold::UnderLimit(64)).expect("cold, under a limit");
         assert!(!dir.path().join("csv").exists(), "the CSV load cleans up");
+    }
+
+    /// Nearest rank, as the rest of the crate: p50 of 1..=10 is 5 (rounding the index
+    /// gave 6).
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let ms: Vec<Duration> = (1..=10).map(Duration::from_millis).collect();
+        assert_eq!(percentile(&ms, 50.0), Duration::from_millis(5));
+        assert_eq!(percentile(&ms, 99.0), Duration::from_millis(10));
+        let degrees = degree_summary((1..=10).collect());
+        assert!(degrees.contains("p50 5, p99 10"), "{degrees}");
+    }
+
+    /// LMDB syncs inside its commits: its flush cell is "-", not a measured 0.00 s.
+    #[test]
+    fn lmdb_has_no_flush_figure() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (nodes, edges) = (100, 500);
+        let column = run_lmdb(
+            dir.path(),
+            nodes,
+            &generate(nodes, edges),
+            &Workload::new(nodes),
+        )
+        .expect("lmdb");
+        assert_eq!(column.flush_s, None);
+        assert_eq!(seconds(column.flush_s), "-");
+        assert_eq!(seconds(Some(1.234)), "1.23 s");
+    }
+
+    /// Without the moment all nodes were stored, the edge rate is not measured (it was
+    /// taken as the end: an edge time of 0, an infinite rate and "met").
+    #[test]
+    fn a_load_without_its_split_has_no_rate() {
+        let t = Instant::now();
+        let s = |secs| t + Duration::from_secs(secs);
+        let stats = hrafn::Stats::default();
+        let (nodes_s, edges) = split_load(t, None, Some(s(1)), s(2), &stats);
+        assert!(nodes_s.is_none() && edges.is_none());
+        assert_eq!(verdict(edges.and_then(|e| e.rate(1_000))), "not measured");
+        let (nodes_s, edges) = split_load(t, Some((s(1), stats.clone())), None, s(3), &stats);
+        let edges = edges.expect("split");
+        assert_eq!(
+            (nodes_s, edges.edges_s, edges.first_edges_s),
+            (Some(1.0), 2.0, None)
+        );
+        assert_eq!(edges.rate(4_000_000), Some(2e6));
+        assert_eq!(verdict(edges.rate(4_000_000)), "met (2000000 edges/s)");
+        // No edges, or no time: no rate either.
+        assert_eq!(edges.rate(0), None);
+        let (_, edges) = split_load(t, Some((s(1), stats.clone())), None, s(1), &stats);
+        assert_eq!(edges.expect("split").rate(10), None);
+    }
+
+    /// `graph-cold --nodes 0` panicked drawing its starts; `graph --edges 0` failed deep
+    /// in the B+tree baseline.
+    #[test]
+    fn too_few_nodes_or_edges_are_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for nodes in [0, 1] {
+            let err = cold(dir.path(), nodes, Cold::EachWalk).expect_err("refused");
+            assert!(err.to_string().contains("--nodes"), "{err}");
+        }
+        let err = run(10, 0, None, Only::All, false, dir.path()).expect_err("refused");
+        assert!(err.to_string().contains("--edges"), "{err}");
+    }
+
+    /// `MemoryMax` without the memory controller is accepted and does nothing: only the
+    /// limit asked for, in the child's own group, counts as limited.
+    #[test]
+    fn an_unenforced_limit_drops_the_cache_each_walk() {
+        assert_eq!(cold_mode(64, Some(64 << 20)), Cold::UnderLimit(64));
+        assert_eq!(cold_mode(64, None), Cold::EachWalk);
+        assert_eq!(cold_mode(64, Some(128 << 20)), Cold::EachWalk);
     }
 
     /// `--csv-only` runs the load alone; with `--keep` its files stay, its graph does not.

@@ -16,9 +16,9 @@ use std::io::{self, Write};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail, ensure};
 use rand::{RngCore, SeedableRng, rngs::StdRng};
 
 use crate::result::BenchResult;
@@ -66,15 +66,38 @@ fn preallocate(path: &Path, bytes: u64) -> Result<()> {
     Ok(())
 }
 
+/// How a file opened with [`open_direct_or_dsync`] writes.
+const DIRECT: &str = "O_DIRECT|O_DSYNC";
+const DSYNC_FALLBACK: &str = "O_DSYNC (O_DIRECT refused with EINVAL)";
+
 /// Opens `path` with `O_DIRECT|O_DSYNC`, or `O_DSYNC` alone where `O_DIRECT` is refused;
 /// returns the file and the mode it got.
 fn open_direct_or_dsync(path: &Path) -> Result<(File, &'static str)> {
     match open_synced(path, true) {
-        Ok(f) => Ok((f, "O_DIRECT|O_DSYNC")),
-        Err(e) if is_einval(&e) => Ok((
-            open_synced(path, false)?,
-            "O_DSYNC (O_DIRECT refused with EINVAL)",
-        )),
+        Ok(f) => Ok((f, DIRECT)),
+        Err(e) if is_einval(&e) => Ok((open_synced(path, false)?, DSYNC_FALLBACK)),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Writes `buf` at `off` of `file` (opened from `path` in `mode`). Some file systems accept
+/// `O_DIRECT` at open and refuse the write itself with `EINVAL`: on the first write, the
+/// file is then reopened with `O_DSYNC` alone and `mode` says so.
+fn write_block(
+    file: &mut File,
+    mode: &mut &'static str,
+    path: &Path,
+    buf: &[u8],
+    off: u64,
+    first: bool,
+) -> Result<()> {
+    match file.write_all_at(buf, off) {
+        Ok(()) => Ok(()),
+        Err(e) if first && *mode == DIRECT && is_einval(&e) => {
+            *mode = DSYNC_FALLBACK;
+            *file = open_synced(path, false)?;
+            Ok(file.write_all_at(buf, off)?)
+        }
         Err(e) => Err(e.into()),
     }
 }
@@ -110,7 +133,7 @@ pub fn run(
     StdRng::seed_from_u64(9).fill_bytes(buf.as_mut_slice());
 
     let mut mode = if direct {
-        "O_DIRECT|O_DSYNC"
+        DIRECT
     } else {
         "buffered write + fdatasync"
     };
@@ -127,16 +150,7 @@ pub fn run(
     for i in 0..writes {
         let off = i * block as u64;
         let t0 = Instant::now();
-        match file.write_all_at(buf.as_slice(), off) {
-            Ok(()) => {}
-            Err(e) if direct && i == 0 && is_einval(&e) => {
-                // Some file systems accept O_DIRECT at open and refuse the write itself.
-                mode = "O_DSYNC (O_DIRECT refused with EINVAL)";
-                file = open_synced(&path, false)?;
-                file.write_all_at(buf.as_slice(), off)?;
-            }
-            Err(e) => return Err(e.into()),
-        }
+        write_block(&mut file, &mut mode, &path, buf.as_slice(), off, i == 0)?;
         if !direct {
             file.sync_data()?;
         }
@@ -149,19 +163,34 @@ pub fn run(
     Ok(r)
 }
 
-/// One queued request of [`group`]: set to true and signalled once its block is written.
-type Ack = Arc<(Mutex<bool>, Condvar)>;
+/// Where one queued request of [`group_loop`] is.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum AckState {
+    Waiting,
+    Written,
+    /// The write of its group failed.
+    Failed,
+}
+
+/// One queued request: set and signalled once its block is written or the write failed.
+type Ack = Arc<(Mutex<AckState>, Condvar)>;
 
 /// Requests queued for the writer thread, and whether the callers are all done.
-#[derive(Default)]
 struct GroupQueue {
     pending: Vec<Ack>,
     closed: bool,
+    /// The writer's error once it has stopped: a request queued after it fails at once.
+    failed: Option<String>,
 }
 
 /// Locks `m`; a poisoned lock still holds consistent data here (plain flags and lists).
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn set(ack: &Ack, state: AckState) {
+    *lock(&ack.0) = state;
+    ack.1.notify_one();
 }
 
 /// The `journal_raw_group_4k` row: `threads` threads × `cfg.n(1_000)` requests, each
@@ -171,12 +200,44 @@ pub fn group(workload: &str, cfg: &Config, dir: &Path, threads: u64) -> Result<B
     let per_thread = cfg.n(1_000);
     let path = dir.join("journal.raw");
     preallocate(&path, RING_BLOCKS * ALIGN as u64)?;
-    let (file, mode) = open_direct_or_dsync(&path)?;
+    let (mut file, mut mode) = open_direct_or_dsync(&path)?;
     let mut buf = AlignedBuf::new(ALIGN);
     StdRng::seed_from_u64(9).fill_bytes(buf.as_mut_slice());
-    let queue = (Mutex::new(GroupQueue::default()), Condvar::new());
+    let (elapsed, writes, mut lat) = group_loop(threads, per_thread, |n| {
+        let off = (n % RING_BLOCKS) * ALIGN as u64;
+        write_block(&mut file, &mut mode, &path, buf.as_slice(), off, n == 0)
+    })?;
+    let requests = threads * per_thread;
+    let mut r = BenchResult::measured(workload, DISK, cfg.scale, requests, "commits", elapsed)
+        .with_latencies(&mut lat);
+    r.commits = Some(requests);
+    r.note = Some(format!(
+        "{threads} threads x {per_thread} requests, one {ALIGN} B {mode} write per group; \
+         {:.1} requests per write",
+        requests as f64 / writes.max(1) as f64
+    ));
+    Ok(r)
+}
 
-    let (elapsed, writes, mut lat) = std::thread::scope(|s| -> Result<_> {
+/// The closed loop of [`group`]: `threads` threads × `per_thread` requests, each queued and
+/// waited for; one writer thread takes everything queued, calls `write(n)` for its `n`th
+/// write and wakes those requests. Returns the time, the writes and every request's
+/// latency; if a write fails, every request waiting or still to come fails with it (they
+/// would otherwise wait forever) and so does the loop, with the write's error.
+fn group_loop(
+    threads: u64,
+    per_thread: u64,
+    mut write: impl FnMut(u64) -> Result<()> + Send,
+) -> Result<(Duration, u64, Vec<Duration>)> {
+    let queue = (
+        Mutex::new(GroupQueue {
+            pending: Vec::new(),
+            closed: false,
+            failed: None,
+        }),
+        Condvar::new(),
+    );
+    std::thread::scope(|s| {
         let writer = s.spawn(|| -> Result<u64> {
             let mut writes = 0u64;
             loop {
@@ -190,11 +251,18 @@ pub fn group(workload: &str, cfg: &Config, dir: &Path, threads: u64) -> Result<B
                     }
                     std::mem::take(&mut q.pending)
                 };
-                file.write_all_at(buf.as_slice(), (writes % RING_BLOCKS) * ALIGN as u64)?;
+                if let Err(e) = write(writes) {
+                    let mut q = lock(&queue.0);
+                    q.failed = Some(format!("{e:#}"));
+                    let queued = std::mem::take(&mut q.pending);
+                    for ack in batch.iter().chain(&queued) {
+                        set(ack, AckState::Failed);
+                    }
+                    return Err(e);
+                }
                 writes += 1;
-                for ack in batch {
-                    *lock(&ack.0) = true;
-                    ack.1.notify_one();
+                for ack in &batch {
+                    set(ack, AckState::Written);
                 }
             }
         });
@@ -203,19 +271,31 @@ pub fn group(workload: &str, cfg: &Config, dir: &Path, threads: u64) -> Result<B
             let mut lat = Vec::with_capacity(per_thread as usize);
             for _ in 0..per_thread {
                 let t0 = Instant::now();
-                let ack: Ack = Arc::default();
-                lock(&queue.0).pending.push(Arc::clone(&ack));
-                queue.1.notify_one();
-                let mut done = lock(&ack.0);
-                while !*done {
-                    done = ack.1.wait(done).unwrap_or_else(|p| p.into_inner());
+                let ack: Ack = Arc::new((Mutex::new(AckState::Waiting), Condvar::new()));
+                {
+                    let mut q = lock(&queue.0);
+                    if let Some(e) = &q.failed {
+                        bail!("the journal write failed: {e}");
+                    }
+                    q.pending.push(Arc::clone(&ack));
                 }
+                queue.1.notify_one();
+                let mut state = lock(&ack.0);
+                while *state == AckState::Waiting {
+                    state = ack.1.wait(state).unwrap_or_else(|p| p.into_inner());
+                }
+                ensure!(
+                    *state == AckState::Written,
+                    "the journal write of this request's group failed"
+                );
+                drop(state);
                 lat.push(t0.elapsed());
             }
             Ok(lat)
         });
         lock(&queue.0).closed = true;
         queue.1.notify_all();
+        // The writer's error first: the requests' errors only echo it.
         let writes = writer
             .join()
             .map_err(|_| anyhow::anyhow!("writer panicked"))??;
@@ -225,15 +305,53 @@ pub fn group(workload: &str, cfg: &Config, dir: &Path, threads: u64) -> Result<B
             writes,
             lats.into_iter().flatten().collect::<Vec<_>>(),
         ))
-    })?;
-    let requests = threads * per_thread;
-    let mut r = BenchResult::measured(workload, DISK, cfg.scale, requests, "commits", elapsed)
-        .with_latencies(&mut lat);
-    r.commits = Some(requests);
-    r.note = Some(format!(
-        "{threads} threads x {per_thread} requests, one {ALIGN} B {mode} write per group; \
-         {:.1} requests per write",
-        requests as f64 / writes.max(1) as f64
-    ));
-    Ok(r)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    /// Runs [`group_loop`] on a thread of its own; `None` if it has not ended in 30 s.
+    fn group_loop_within_30s(
+        threads: u64,
+        per_thread: u64,
+        fail_at: Option<u64>,
+    ) -> Option<Result<(u64, usize), String>> {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let r = group_loop(threads, per_thread, |n| {
+                if Some(n) == fail_at {
+                    return Err(io::Error::other("injected write error").into());
+                }
+                Ok(())
+            });
+            let _ = tx.send(
+                r.map(|(_, writes, lat)| (writes, lat.len()))
+                    .map_err(|e| format!("{e:#}")),
+            );
+        });
+        rx.recv_timeout(Duration::from_secs(30)).ok()
+    }
+
+    #[test]
+    fn group_loop_acknowledges_every_request() {
+        let (writes, lats) = group_loop_within_30s(4, 100, None)
+            .expect("the loop ended")
+            .expect("no error");
+        assert_eq!(lats, 400);
+        assert!((1..=400).contains(&writes), "{writes} writes");
+    }
+
+    /// A failed write used to leave the requests waiting for ever: the row hung.
+    #[test]
+    fn a_failed_write_fails_the_group_row() {
+        for fail_at in [0, 3] {
+            let err = group_loop_within_30s(4, 100, Some(fail_at))
+                .expect("the loop ended instead of hanging")
+                .expect_err("the write's error fails the loop");
+            assert!(err.contains("injected write error"), "{err}");
+        }
+    }
 }

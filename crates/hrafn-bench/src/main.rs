@@ -212,12 +212,7 @@ fn main() -> Result<()> {
             nodes,
             memory_limit_mib,
             cgroup,
-        }) => {
-            if let Some(group) = cgroup {
-                sys::MemoryGroup::join(group)?;
-            }
-            graph::cold(dir, *nodes, graph::Cold::UnderLimit(*memory_limit_mib))
-        }
+        }) => graph::cold_child(dir, *nodes, *memory_limit_mib, cgroup.as_deref()),
         None => run_all(&cli),
     }
 }

@@ -203,15 +203,20 @@ pub fn median(values: &[f64]) -> Option<f64> {
 /// The `p`th percentile (0..=100) by the nearest-rank method; sorts `samples` in place.
 /// `None` for an empty slice.
 pub fn percentile(samples: &mut [Duration], p: f64) -> Option<Duration> {
-    if samples.is_empty() {
+    samples.sort_unstable();
+    percentile_sorted(samples, p)
+}
+
+/// [`percentile`] of values already sorted.
+pub fn percentile_sorted<T: Copy>(sorted: &[T], p: f64) -> Option<T> {
+    if sorted.is_empty() {
         return None;
     }
-    samples.sort_unstable();
     let p = p.clamp(0.0, 100.0);
     // Nearest rank: the smallest value with at least p% of the samples at or below it.
-    let rank = ((p / 100.0) * samples.len() as f64).ceil() as usize;
-    let idx = rank.saturating_sub(1).min(samples.len() - 1);
-    Some(samples[idx])
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    let idx = rank.saturating_sub(1).min(sorted.len() - 1);
+    Some(sorted[idx])
 }
 
 #[cfg(test)]

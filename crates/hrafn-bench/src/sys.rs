@@ -91,6 +91,25 @@ impl Drop for MemoryGroup {
     }
 }
 
+/// The memory limit of this process's own control group (`memory.max` of cgroup v2), in
+/// bytes; `None` where it has none: no v2 group, no memory controller for it (no file),
+/// or "max".
+pub fn own_memory_max() -> Option<u64> {
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let file = Path::new("/sys/fs/cgroup")
+        .join(v2_group(&own)?)
+        .join("memory.max");
+    std::fs::read_to_string(file).ok()?.trim().parse().ok()
+}
+
+/// The group path of the v2 line ("0::/path") of `/proc/self/cgroup`, without its "/".
+fn v2_group(proc_cgroup: &str) -> Option<&str> {
+    proc_cgroup
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .map(|p| p.trim_start_matches('/'))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -101,6 +120,16 @@ mod tests {
         assert_eq!(parse_vm_hwm(status), Some(1234 * 1024));
         assert_eq!(parse_vm_hwm("Name:\tx\n"), None);
         assert!(peak_rss_bytes().is_some_and(|b| b > 0));
+    }
+
+    #[test]
+    fn the_v2_group_is_found() {
+        let v1_and_v2 = "12:memory:/a\n1:name=systemd:/b\n0::/user.slice/run-r1.scope\n";
+        assert_eq!(v2_group(v1_and_v2), Some("user.slice/run-r1.scope"));
+        assert_eq!(v2_group("0::/\n"), Some(""));
+        assert_eq!(v2_group("12:memory:/a\n"), None);
+        // Whatever this machine has, reading it does not fail.
+        let _ = own_memory_max();
     }
 
     #[test]

@@ -355,8 +355,10 @@ fn sealed_payload(env: &Environment) -> Result<(u64, u64)> {
     Ok((bytes, samples))
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+/// The `p`th percentile (0..=100) of `times` by the crate's nearest-rank method (the
+/// query lists are never empty: their lengths are constants).
+fn percentile(times: &[Duration], p: f64) -> Duration {
+    crate::result::percentile_sorted(times, p).unwrap_or_default()
 }
 
 /// Runs the comparison and prints the table.
@@ -535,14 +537,14 @@ pub fn run(series_count: usize, scrapes: usize, dir: &Path) -> Result<()> {
     println!(
         "{:<34} {:>11.1} us {:>11.1} us",
         "selective query p50 (1 h, 4 series)",
-        us(percentile(&selective, 0.5)),
-        us(percentile(&base_selective, 0.5))
+        us(percentile(&selective, 50.0)),
+        us(percentile(&base_selective, 50.0))
     );
     println!(
         "{:<34} {:>11.1} us {:>11.1} us",
         "selective query p99",
-        us(percentile(&selective, 0.99)),
-        us(percentile(&base_selective, 0.99))
+        us(percentile(&selective, 99.0)),
+        us(percentile(&base_selective, 99.0))
     );
     println!(
         "{:<34} {:>11.1} ms {:>14}",
@@ -574,12 +576,12 @@ pub fn run(series_count: usize, scrapes: usize, dir: &Path) -> Result<()> {
             "NOT met"
         },
         after as f64 / samples,
-        if percentile(&selective, 0.5) <= Duration::from_millis(1) {
+        if percentile(&selective, 50.0) <= Duration::from_millis(1) {
             "met"
         } else {
             "NOT met"
         },
-        us(percentile(&selective, 0.5))
+        us(percentile(&selective, 50.0))
     );
     Ok(())
 }
