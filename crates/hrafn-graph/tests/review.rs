@@ -627,3 +627,141 @@ fn a_value_spelling_a_long_values_key_does_not_find_it() {
     assert_eq!(found(spelled), Vec::<u64>::new());
     assert_sound(&g);
 }
+
+/// An adjacency key and value as the graph lays them out: `node | type` →
+/// `other | edge`.
+fn adjacency(node: u64, edge_type: &str, other: u64, edge: u64) -> (Vec<u8>, Vec<u8>) {
+    let mut key = node.to_be_bytes().to_vec();
+    key.extend_from_slice(edge_type.as_bytes());
+    let mut value = other.to_be_bytes().to_vec();
+    value.extend_from_slice(&edge.to_be_bytes());
+    (key, value)
+}
+
+type Seen = (
+    Vec<Option<hrafn_graph::Node>>,
+    Vec<Option<hrafn_graph::Edge>>,
+    Vec<Vec<hrafn_graph::Neighbour>>,
+);
+
+/// The nodes, edges and both-ways neighbours of `nodes` and `edges`, as read now.
+fn seen(g: &Graph, nodes: &[u64], edges: &[u64]) -> Seen {
+    g.read(|r| {
+        Ok((
+            nodes.iter().map(|&n| r.node(n)).collect::<Result<_, _>>()?,
+            edges.iter().map(|&e| r.edge(e)).collect::<Result<_, _>>()?,
+            nodes
+                .iter()
+                .map(|&n| r.neighbours(n, Direction::Both, None))
+                .collect::<Result<_, _>>()?,
+        ))
+    })
+    .expect("read")
+}
+
+/// A cascade meets an adjacency entry no edge record gives (no record at all, or one
+/// whose ends are other nodes): deleting the node would leave that entry naming it. The
+/// delete fails and deletes nothing, even for a caller that goes on and commits.
+#[test]
+fn a_cascade_over_adjacency_no_record_gives_fails_and_deletes_nothing() {
+    let (_dir, g) = open();
+    let (a, b, c, e1, e2) = g
+        .write(|w| {
+            let a = w.add_node("P", &none())?;
+            let b = w.add_node("P", &none())?;
+            let c = w.add_node("P", &none())?;
+            let e1 = w.add_edge(a, b, "T", &none())?;
+            let e2 = w.add_edge(c, a, "T", &none())?;
+            Ok((a, b, c, e1, e2))
+        })
+        .expect("write");
+    let (nodes, edges) = ([a, b, c], [e1, e2]);
+    // Under a: an outgoing entry naming edge 99, which has no record.
+    g.write(|w| {
+        let (key, value) = adjacency(a, "T", b, 99);
+        w.txn().open_multi_tree("g.out")?.add(key, value)?;
+        Ok(())
+    })
+    .expect("damage");
+    let before = seen(&g, &nodes, &edges);
+    let r = g.write(|w| w.delete_node(a, DeleteMode::Cascade));
+    assert!(matches!(r, Err(Error::Corrupt(_))), "{r:?}");
+    assert_eq!(seen(&g, &nodes, &edges), before);
+    g.write(|w| {
+        let r = w.delete_node(a, DeleteMode::Cascade);
+        assert!(matches!(r, Err(Error::Corrupt(_))), "{r:?}");
+        Ok(())
+    })
+    .expect("commit after the error");
+    assert_eq!(seen(&g, &nodes, &edges), before);
+
+    // Under c: an incoming entry naming edge e1, whose record joins a and b.
+    g.write(|w| {
+        let (key, value) = adjacency(a, "T", b, 99);
+        w.txn().open_multi_tree("g.out")?.remove(key, value)?;
+        let (key, value) = adjacency(c, "T", b, e1);
+        w.txn().open_multi_tree("g.in")?.add(key, value)?;
+        Ok(())
+    })
+    .expect("damage");
+    let before = seen(&g, &nodes, &edges);
+    g.write(|w| {
+        let r = w.delete_node(c, DeleteMode::Cascade);
+        assert!(matches!(r, Err(Error::Corrupt(_))), "{r:?}");
+        Ok(())
+    })
+    .expect("commit after the error");
+    assert_eq!(seen(&g, &nodes, &edges), before);
+
+    // Repaired, the cascade goes through.
+    g.write(|w| {
+        let (key, value) = adjacency(c, "T", b, e1);
+        w.txn().open_multi_tree("g.in")?.remove(key, value)?;
+        assert!(w.delete_node(c, DeleteMode::Cascade)?);
+        Ok(())
+    })
+    .expect("write");
+    assert_sound(&g);
+}
+
+/// Deleting an edge whose adjacency entry is missing fails, and the edge stays whole
+/// (record and the entry that was there) for a caller that goes on and commits.
+#[test]
+fn deleting_an_edge_whose_adjacency_entry_is_missing_fails_and_keeps_it() {
+    let (_dir, g) = open();
+    let (a, b, e) = g
+        .write(|w| {
+            let a = w.add_node("P", &none())?;
+            let b = w.add_node("P", &none())?;
+            let e = w.add_edge(a, b, "T", &none())?;
+            Ok((a, b, e))
+        })
+        .expect("write");
+    for tree in ["g.in", "g.out"] {
+        let (key, value) = if tree == "g.in" {
+            adjacency(b, "T", a, e)
+        } else {
+            adjacency(a, "T", b, e)
+        };
+        g.write(|w| {
+            assert!(w.txn().open_multi_tree(tree)?.remove(&key, &value)?);
+            Ok(())
+        })
+        .expect("damage");
+        let before = seen(&g, &[a, b], &[e]);
+        g.write(|w| {
+            let r = w.delete_edge(e);
+            assert!(matches!(r, Err(Error::Corrupt(_))), "{tree}: {r:?}");
+            Ok(())
+        })
+        .expect("commit after the error");
+        assert_eq!(seen(&g, &[a, b], &[e]), before, "{tree}");
+        g.write(|w| {
+            w.txn().open_multi_tree(tree)?.add(&key, &value)?;
+            Ok(())
+        })
+        .expect("repair");
+    }
+    assert!(g.write(|w| w.delete_edge(e)).expect("delete"));
+    assert_sound(&g);
+}
