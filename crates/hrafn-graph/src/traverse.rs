@@ -323,12 +323,19 @@ impl GraphRead<'_> {
     }
 
     /// A lightest path from `from` to `to` and its weight, the weight of an edge being its
-    /// numeric property `weight_property` (edges without one weigh 1; negative weights
-    /// are taken as 0). Dijkstra's algorithm; with a depth limit, over (node, hops) states,
-    /// so the path is the lightest among those within the limit.
+    /// numeric property `weight_property` ([`Value::Int`] or [`Value::Float`]). An edge
+    /// without the property, or with one of another type (text, bytes, a boolean, null),
+    /// weighs 1; a negative weight and NaN weigh 0; an infinite weight is kept (a path
+    /// through it weighs infinity, and is still a path). Dijkstra's algorithm; with a
+    /// depth limit, over (node, hops) states, so the path is the lightest among those
+    /// within the limit.
+    ///
+    /// [`Value::Int`]: crate::Value::Int
+    /// [`Value::Float`]: crate::Value::Float
     ///
     /// # Errors
-    /// Engine and corruption errors.
+    /// Engine and corruption errors; [`Error::Corrupt`] for an adjacency entry whose edge
+    /// has no record.
     pub fn shortest_path_weighted(
         &self,
         from: u64,
@@ -397,9 +404,17 @@ impl GraphRead<'_> {
                 if dominated(&settled_hops, node, next_hops) || !self.admits(node, t)? {
                     continue;
                 }
-                let w = self
-                    .edge(edge)?
-                    .and_then(|e| e.properties.get(weight_property).and_then(|v| v.as_f64()))
+                // An entry without its record is damage, not an edge of weight 1.
+                let record = self.edge(edge)?.ok_or_else(|| {
+                    Error::Corrupt(format!(
+                        "node {id}: the adjacency names edge {edge}, which has no record"
+                    ))
+                })?;
+                // NaN.max(0.0) is 0: NaN weighs 0, as documented above.
+                let w = record
+                    .properties
+                    .get(weight_property)
+                    .and_then(|v| v.as_f64())
                     .unwrap_or(1.0)
                     .max(0.0);
                 let nd = d + w;

@@ -765,3 +765,45 @@ fn deleting_an_edge_whose_adjacency_entry_is_missing_fails_and_keeps_it() {
     assert!(g.write(|w| w.delete_edge(e)).expect("delete"));
     assert_sound(&g);
 }
+
+/// A weighted search meets an adjacency entry whose edge has no record: damage, not an
+/// edge of weight 1. Values that are not numbers weigh 1.
+#[test]
+fn a_weighted_path_over_an_edge_without_a_record_fails() {
+    let (_dir, g) = open();
+    let n: Vec<u64> = g
+        .write(|w| {
+            let n = (0..3)
+                .map(|_| w.add_node("P", &none()))
+                .collect::<hrafn_graph::Result<Vec<u64>>>()?;
+            let wt = |v: Value| props(&[("w", v)]);
+            w.add_edge(n[0], n[1], "T", &wt(Value::Bool(true)))?;
+            w.add_edge(n[1], n[2], "T", &wt(Value::Null))?;
+            w.add_edge(n[0], n[2], "T", &wt(Value::Bytes(vec![9])))?;
+            w.add_edge(n[0], n[2], "T", &wt(Value::Float(2.5)))?;
+            Ok(n)
+        })
+        .expect("write");
+    let t = Traversal::default();
+    let got = g
+        .read(|r| r.shortest_path_weighted(n[0], n[2], "w", &t))
+        .expect("read");
+    assert_eq!(got, Some((vec![n[0], n[2]], 1.0)));
+    g.write(|w| {
+        let mut key = n[0].to_be_bytes().to_vec();
+        key.extend_from_slice(b"T");
+        let mut value = n[1].to_be_bytes().to_vec();
+        value.extend_from_slice(&99u64.to_be_bytes());
+        w.txn().open_multi_tree("g.out")?.add(key, value)?;
+        Ok(())
+    })
+    .expect("damage");
+    for depth in [None, Some(1)] {
+        let t = Traversal {
+            max_depth: depth,
+            ..Traversal::default()
+        };
+        let got = g.read(|r| r.shortest_path_weighted(n[0], n[2], "w", &t));
+        assert!(matches!(got, Err(Error::Corrupt(_))), "{depth:?}: {got:?}");
+    }
+}
