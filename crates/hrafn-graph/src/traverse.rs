@@ -328,7 +328,8 @@ impl GraphRead<'_> {
     /// weighs 1; a negative weight and NaN weigh 0; an infinite weight is kept (a path
     /// through it weighs infinity, and is still a path). Dijkstra's algorithm; with a
     /// depth limit, over (node, hops) states, so the path is the lightest among those
-    /// within the limit.
+    /// within the limit. A limit of at least the number of nodes less one limits nothing
+    /// (some lightest path repeats no node), and is run as no limit.
     ///
     /// [`Value::Int`]: crate::Value::Int
     /// [`Value::Float`]: crate::Value::Float
@@ -368,8 +369,13 @@ impl GraphRead<'_> {
         self.require(to)?;
         // With a depth limit the state is (node, hops so far), so a lighter path with too
         // many hops does not hide a heavier one within the limit; without one, hops are
-        // not tracked (always 0).
-        let limited = t.max_depth.is_some();
+        // not tracked (always 0). Weights are not negative, so some lightest path repeats
+        // no node and has fewer hops than there are nodes: a limit that large limits
+        // nothing, and its states (a node per hop count) would cost up to nodes squared.
+        let max_depth = t
+            .max_depth
+            .filter(|&m| u64::from(m) < self.node_count().saturating_sub(1));
+        let limited = max_depth.is_some();
         let mut dist: HashMap<(u64, u32), f64> = HashMap::from_iter([((from, 0), 0.0)]);
         let mut parent: HashMap<(u64, u32), (u64, u32)> = HashMap::default();
         // Per node, the fewest hops among its states taken off the heap. States come off
@@ -396,7 +402,7 @@ impl GraphRead<'_> {
                 path.reverse();
                 return Ok(Some((path, d)));
             }
-            if t.max_depth.is_some_and(|m| hops >= m) {
+            if max_depth.is_some_and(|m| hops >= m) {
                 continue;
             }
             let next_hops = if limited { hops + 1 } else { 0 };

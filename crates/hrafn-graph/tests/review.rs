@@ -807,3 +807,79 @@ fn a_weighted_path_over_an_edge_without_a_record_fails() {
         assert!(matches!(got, Err(Error::Corrupt(_))), "{depth:?}: {got:?}");
     }
 }
+
+/// A depth limit of at least the number of nodes less one limits nothing, and answers
+/// as no limit does (`u32::MAX` as "no limit" costs no state per node and hop count).
+#[test]
+fn a_depth_limit_as_large_as_the_graph_answers_as_no_limit() {
+    // Two lightest paths to t, of 3 and 2 hops; no limit finds the first one.
+    let (_dir, g) = open();
+    let (a, b, c, d, t) = g
+        .write(|w| {
+            let n = (0..5)
+                .map(|_| w.add_node("P", &none()))
+                .collect::<hrafn_graph::Result<Vec<u64>>>()?;
+            let wt = |v: i64| props(&[("w", Value::Int(v))]);
+            w.add_edge(n[0], n[1], "T", &wt(0))?;
+            w.add_edge(n[1], n[2], "T", &wt(0))?;
+            w.add_edge(n[2], n[4], "T", &wt(2))?;
+            w.add_edge(n[0], n[3], "T", &wt(1))?;
+            w.add_edge(n[3], n[4], "T", &wt(1))?;
+            Ok((n[0], n[1], n[2], n[3], n[4]))
+        })
+        .expect("write");
+    let path = |depth: Option<u32>| {
+        let tr = Traversal {
+            max_depth: depth,
+            ..Traversal::default()
+        };
+        g.read(|r| r.shortest_path_weighted(a, t, "w", &tr))
+            .expect("read")
+    };
+    let unlimited = path(None);
+    assert_eq!(unlimited, Some((vec![a, b, c, t], 2.0)));
+    for depth in [4, 5, 1000, u32::MAX] {
+        assert_eq!(path(Some(depth)), unlimited, "depth {depth}");
+    }
+    assert_eq!(path(Some(2)), Some((vec![a, d, t], 2.0)));
+
+    // Every pair i < j joined with weight (j - i)²: the lightest path takes every node,
+    // so a limit one below the nodes less one finds a heavier path.
+    let (_dir, g) = open();
+    let count = 100u32;
+    let ids = g
+        .write(|w| {
+            let ids = (0..count)
+                .map(|_| w.add_node("P", &none()))
+                .collect::<hrafn_graph::Result<Vec<u64>>>()?;
+            for (i, &from) in ids.iter().enumerate() {
+                for (j, &to) in ids.iter().enumerate().skip(i + 1) {
+                    let step = (j - i) as i64;
+                    w.add_edge(from, to, "T", &props(&[("w", Value::Int(step * step))]))?;
+                }
+            }
+            Ok(ids)
+        })
+        .expect("write");
+    let (first, last) = (ids[0], ids[ids.len() - 1]);
+    let weight = |depth: Option<u32>| {
+        let tr = Traversal {
+            max_depth: depth,
+            ..Traversal::default()
+        };
+        g.read(|r| r.shortest_path_weighted(first, last, "w", &tr))
+            .expect("read")
+            .map(|(path, w)| (path.len(), w))
+    };
+    let hops = f64::from(count - 1);
+    assert_eq!(weight(None), Some((ids.len(), hops)));
+    for depth in [count - 1, count, u32::MAX] {
+        assert_eq!(
+            weight(Some(depth)),
+            Some((ids.len(), hops)),
+            "depth {depth}"
+        );
+    }
+    // One step of two instead of two of one: a node fewer, 2 heavier.
+    assert_eq!(weight(Some(count - 2)), Some((ids.len() - 1, hops + 2.0)));
+}
