@@ -66,6 +66,17 @@ pub enum DeleteMode {
     Refuse,
 }
 
+/// One adjacency entry of a node, as a delete reads it.
+struct Incident {
+    /// The tree holding it.
+    tree: &'static str,
+    /// Whether it is in the outgoing tree (the node is the edge's source).
+    outgoing: bool,
+    edge_type: String,
+    other: u64,
+    edge: u64,
+}
+
 /// A node as read.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Node {
@@ -520,22 +531,47 @@ impl<'env> GraphWriter<'_, 'env> {
     /// Deletes edge `id`. Returns false if there is none.
     ///
     /// # Errors
-    /// Engine and corruption errors.
+    /// Engine errors; [`Error::Corrupt`] when the adjacency lacks the edge's entries (the
+    /// edge is then left as it was).
     pub fn delete_edge(&mut self, id: u64) -> Result<bool> {
         let Some(edge) = self.edge(id)? else {
             return Ok(false);
         };
+        self.remove_edge(&edge)?;
+        Ok(true)
+    }
+
+    /// Deletes `edge`, read from its record in this transaction.
+    fn remove_edge(&mut self, edge: &Edge) -> Result<()> {
+        let id = edge.id;
+        let lacks = |tree: &str, node: u64| {
+            Error::Corrupt(format!(
+                "edge {id} ({} {} -> {}): {tree} lacks its entry under node {node}",
+                edge.edge_type, edge.source, edge.destination
+            ))
+        };
+        // The adjacency entries go first, and the record only once both were there: a
+        // missing entry means the adjacency disagrees with the record, and deleting the
+        // record anyway would hide that.
+        let out_key = adjacency_key(edge.source, &edge.edge_type);
+        let out_value = adjacency_value(edge.destination, id);
+        if !self.wtx.open_multi_tree(OUT)?.remove(&out_key, out_value)? {
+            return Err(lacks(OUT, edge.source));
+        }
+        let in_key = adjacency_key(edge.destination, &edge.edge_type);
+        if !self
+            .wtx
+            .open_multi_tree(IN)?
+            .remove(in_key, adjacency_value(edge.source, id))?
+        {
+            // The outgoing entry goes back, so a caller going on after the error does
+            // not commit half an edge.
+            self.wtx.open_multi_tree(OUT)?.add(out_key, out_value)?;
+            return Err(lacks(IN, edge.destination));
+        }
         let (mut edges, record) = self.located(EDGES, &edge_schema(), id)?;
         edges.delete(record)?;
-        self.wtx.open_multi_tree(OUT)?.remove(
-            adjacency_key(edge.source, &edge.edge_type),
-            adjacency_value(edge.destination, id),
-        )?;
-        self.wtx.open_multi_tree(IN)?.remove(
-            adjacency_key(edge.destination, &edge.edge_type),
-            adjacency_value(edge.source, id),
-        )?;
-        Ok(true)
+        Ok(())
     }
 
     /// Replaces an edge's properties.
@@ -559,10 +595,10 @@ impl<'env> GraphWriter<'_, 'env> {
         Ok(())
     }
 
-    /// The edges touching `id`, both directions (a self-loop once).
-    fn incident_edges(&mut self, id: u64) -> Result<Vec<u64>> {
-        let mut edges = Vec::new();
-        for name in [OUT, IN] {
+    /// The adjacency entries of `id`, both directions.
+    fn incident_entries(&mut self, id: u64) -> Result<Vec<Incident>> {
+        let mut entries = Vec::new();
+        for (name, outgoing) in [(OUT, true), (IN, false)] {
             let tree = self.wtx.open_multi_tree(name)?;
             let prefix = id.to_be_bytes();
             let keys: Vec<Vec<u8>> = tree
@@ -574,14 +610,20 @@ impl<'env> GraphWriter<'_, 'env> {
                 .take_while(|k| k.as_ref().map_or(true, |k| k.starts_with(&prefix)))
                 .collect::<hrafn::Result<_>>()?;
             for key in keys {
+                let edge_type = text_field(key.get(8..))?;
                 for v in tree.values(&key)? {
-                    edges.push(split_adjacency_value(v?)?.1);
+                    let (other, edge) = split_adjacency_value(v?)?;
+                    entries.push(Incident {
+                        tree: name,
+                        outgoing,
+                        edge_type: edge_type.clone(),
+                        other,
+                        edge,
+                    });
                 }
             }
         }
-        edges.sort_unstable();
-        edges.dedup();
-        Ok(edges)
+        Ok(entries)
     }
 
     /// Deletes node `id`: with [`DeleteMode::Cascade`] its edges go too; with
@@ -589,20 +631,57 @@ impl<'env> GraphWriter<'_, 'env> {
     /// there is no such node.
     ///
     /// # Errors
-    /// [`Error::NodeHasEdges`]; engine errors.
+    /// [`Error::NodeHasEdges`]; engine errors; [`Error::Corrupt`] when the adjacency
+    /// disagrees with the edge records (nothing is deleted when the node's own entries
+    /// disagree; one lacking at an edge's other end is met after earlier edges went, so
+    /// the transaction is to be dropped, as after any error in it).
     pub fn delete_node(&mut self, id: u64, mode: DeleteMode) -> Result<bool> {
         let Some(node) = self.node(id)? else {
             return Ok(false);
         };
-        let edges = self.incident_edges(id)?;
-        if !edges.is_empty() && mode == DeleteMode::Refuse {
+        let entries = self.incident_entries(id)?;
+        if !entries.is_empty() && mode == DeleteMode::Refuse {
+            let mut edges: Vec<u64> = entries.iter().map(|e| e.edge).collect();
+            // A self-loop is one edge, in both trees.
+            edges.sort_unstable();
+            edges.dedup();
             return Err(Error::NodeHasEdges {
                 node: id,
                 edges: edges.len() as u64,
             });
         }
-        for edge in edges {
-            self.delete_edge(edge)?;
+        // Every entry is checked against its edge's record before anything is deleted:
+        // deleting the entries the records name would leave one they do not name behind,
+        // naming a node that is gone.
+        let mut edges: Vec<Edge> = Vec::with_capacity(entries.len());
+        for Incident {
+            tree,
+            outgoing,
+            edge_type,
+            other,
+            edge,
+        } in entries
+        {
+            let given = self.edge(edge)?.filter(|e| {
+                let (near, far) = if outgoing {
+                    (e.source, e.destination)
+                } else {
+                    (e.destination, e.source)
+                };
+                e.edge_type == edge_type && near == id && far == other
+            });
+            let Some(e) = given else {
+                return Err(Error::Corrupt(format!(
+                    "node {id}: {tree} holds ({edge_type}, node {other}, edge {edge}), \
+                     which no edge record gives"
+                )));
+            };
+            edges.push(e);
+        }
+        edges.sort_unstable_by_key(|e| e.id);
+        edges.dedup_by_key(|e| e.id);
+        for edge in &edges {
+            self.remove_edge(edge)?;
         }
         self.index_node(id, &node.label, &node.properties, false)?;
         let (mut nodes, record) = self.located(NODES, &node_schema(), id)?;

@@ -323,12 +323,20 @@ impl GraphRead<'_> {
     }
 
     /// A lightest path from `from` to `to` and its weight, the weight of an edge being its
-    /// numeric property `weight_property` (edges without one weigh 1; negative weights
-    /// are taken as 0). Dijkstra's algorithm; with a depth limit, over (node, hops) states,
-    /// so the path is the lightest among those within the limit.
+    /// numeric property `weight_property` ([`Value::Int`] or [`Value::Float`]). An edge
+    /// without the property, or with one of another type (text, bytes, a boolean, null),
+    /// weighs 1; a negative weight and NaN weigh 0; an infinite weight is kept (a path
+    /// through it weighs infinity, and is still a path). Dijkstra's algorithm; with a
+    /// depth limit, over (node, hops) states, so the path is the lightest among those
+    /// within the limit. A limit of at least the number of nodes less one limits nothing
+    /// (some lightest path repeats no node), and is run as no limit.
+    ///
+    /// [`Value::Int`]: crate::Value::Int
+    /// [`Value::Float`]: crate::Value::Float
     ///
     /// # Errors
-    /// Engine and corruption errors.
+    /// Engine and corruption errors; [`Error::Corrupt`] for an adjacency entry whose edge
+    /// has no record.
     pub fn shortest_path_weighted(
         &self,
         from: u64,
@@ -361,8 +369,13 @@ impl GraphRead<'_> {
         self.require(to)?;
         // With a depth limit the state is (node, hops so far), so a lighter path with too
         // many hops does not hide a heavier one within the limit; without one, hops are
-        // not tracked (always 0).
-        let limited = t.max_depth.is_some();
+        // not tracked (always 0). Weights are not negative, so some lightest path repeats
+        // no node and has fewer hops than there are nodes: a limit that large limits
+        // nothing, and its states (a node per hop count) would cost up to nodes squared.
+        let max_depth = t
+            .max_depth
+            .filter(|&m| u64::from(m) < self.node_count().saturating_sub(1));
+        let limited = max_depth.is_some();
         let mut dist: HashMap<(u64, u32), f64> = HashMap::from_iter([((from, 0), 0.0)]);
         let mut parent: HashMap<(u64, u32), (u64, u32)> = HashMap::default();
         // Per node, the fewest hops among its states taken off the heap. States come off
@@ -389,7 +402,7 @@ impl GraphRead<'_> {
                 path.reverse();
                 return Ok(Some((path, d)));
             }
-            if t.max_depth.is_some_and(|m| hops >= m) {
+            if max_depth.is_some_and(|m| hops >= m) {
                 continue;
             }
             let next_hops = if limited { hops + 1 } else { 0 };
@@ -397,9 +410,17 @@ impl GraphRead<'_> {
                 if dominated(&settled_hops, node, next_hops) || !self.admits(node, t)? {
                     continue;
                 }
-                let w = self
-                    .edge(edge)?
-                    .and_then(|e| e.properties.get(weight_property).and_then(|v| v.as_f64()))
+                // An entry without its record is damage, not an edge of weight 1.
+                let record = self.edge(edge)?.ok_or_else(|| {
+                    Error::Corrupt(format!(
+                        "node {id}: the adjacency names edge {edge}, which has no record"
+                    ))
+                })?;
+                // NaN.max(0.0) is 0: NaN weighs 0, as documented above.
+                let w = record
+                    .properties
+                    .get(weight_property)
+                    .and_then(|v| v.as_f64())
                     .unwrap_or(1.0)
                     .max(0.0);
                 let nd = d + w;

@@ -1055,6 +1055,77 @@ fn the_check_catches_a_property_index_that_disagrees() {
     );
 }
 
+/// The check names each adjacency entry that disagrees with the edge records (missing,
+/// naming no record, or naming a record of other ends), in order, and counts the property
+/// index's missing and extra entries.
+#[test]
+fn the_check_names_each_disagreeing_entry() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let graph = Graph::open(dir.path(), Options::default()).expect("open");
+    let (a, b, c, e1, e2, e3) = graph
+        .write(|g| {
+            g.create_property_index("P", "name")?;
+            let named = |n: &str| Properties::from([("name".into(), Value::from(n))]);
+            let a = g.add_node("P", &named("a"))?;
+            let b = g.add_node("P", &named("b"))?;
+            let c = g.add_node("P", &named("c"))?;
+            let e1 = g.add_edge(a, b, "T", &Properties::new())?;
+            let e2 = g.add_edge(b, c, "T", &Properties::new())?;
+            let e3 = g.add_edge(a, c, "U", &Properties::new())?;
+            Ok((a, b, c, e1, e2, e3))
+        })
+        .expect("write");
+    assert!(graph.check().expect("check").is_ok());
+    let entry = |node: u64, edge_type: &str, other: u64, edge: u64| {
+        let mut key = node.to_be_bytes().to_vec();
+        key.extend_from_slice(edge_type.as_bytes());
+        let mut value = other.to_be_bytes().to_vec();
+        value.extend_from_slice(&edge.to_be_bytes());
+        (key, value)
+    };
+    let mut wtx = graph.environment().begin_write().expect("write");
+    {
+        let mut out = wtx.open_multi_tree("g.out").expect("tree");
+        let (k, v) = entry(b, "T", c, e2);
+        assert!(out.remove(k, v).expect("remove"));
+        let (k, v) = entry(a, "T", c, e1);
+        out.add(k, v).expect("add");
+    }
+    {
+        let mut inn = wtx.open_multi_tree("g.in").expect("tree");
+        let (k, v) = entry(c, "U", b, e3);
+        inn.add(k, v).expect("add");
+        let (k, v) = entry(c, "T", a, 77);
+        inn.add(k, v).expect("add");
+    }
+    {
+        let mut props = wtx.open_tree("g.props").expect("tree");
+        let first = props
+            .iter()
+            .expect("iter")
+            .next()
+            .expect("an entry")
+            .expect("read")
+            .0
+            .to_vec();
+        assert!(props.remove(first).expect("remove"));
+        props.insert(b"P\0name\0stray", []).expect("insert");
+    }
+    wtx.commit().expect("commit");
+    let report = graph.check().expect("check");
+    assert_eq!(
+        report.problems,
+        [
+            "property indexes: 1 entries missing, 1 entries no node gives".to_string(),
+            format!("g.out lacks ({b}, \"T\", {c}, {e2}) (node, type, other, edge)"),
+            format!("g.out holds ({a}, \"T\", {c}, {e1}), which no edge record gives"),
+            format!("g.in holds ({c}, \"T\", {a}, 77), which no edge record gives"),
+            format!("g.in holds ({c}, \"U\", {b}, {e3}), which no edge record gives"),
+        ]
+    );
+    assert_eq!((report.nodes, report.edges), (3, 3));
+}
+
 /// `add_edges` stores what `add_edge` one by one would, and refuses a missing end.
 #[test]
 fn add_edges_matches_add_edge() {

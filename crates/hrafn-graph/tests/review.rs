@@ -627,3 +627,259 @@ fn a_value_spelling_a_long_values_key_does_not_find_it() {
     assert_eq!(found(spelled), Vec::<u64>::new());
     assert_sound(&g);
 }
+
+/// An adjacency key and value as the graph lays them out: `node | type` →
+/// `other | edge`.
+fn adjacency(node: u64, edge_type: &str, other: u64, edge: u64) -> (Vec<u8>, Vec<u8>) {
+    let mut key = node.to_be_bytes().to_vec();
+    key.extend_from_slice(edge_type.as_bytes());
+    let mut value = other.to_be_bytes().to_vec();
+    value.extend_from_slice(&edge.to_be_bytes());
+    (key, value)
+}
+
+type Seen = (
+    Vec<Option<hrafn_graph::Node>>,
+    Vec<Option<hrafn_graph::Edge>>,
+    Vec<Vec<hrafn_graph::Neighbour>>,
+);
+
+/// The nodes, edges and both-ways neighbours of `nodes` and `edges`, as read now.
+fn seen(g: &Graph, nodes: &[u64], edges: &[u64]) -> Seen {
+    g.read(|r| {
+        Ok((
+            nodes.iter().map(|&n| r.node(n)).collect::<Result<_, _>>()?,
+            edges.iter().map(|&e| r.edge(e)).collect::<Result<_, _>>()?,
+            nodes
+                .iter()
+                .map(|&n| r.neighbours(n, Direction::Both, None))
+                .collect::<Result<_, _>>()?,
+        ))
+    })
+    .expect("read")
+}
+
+/// A cascade meets an adjacency entry no edge record gives (no record at all, or one
+/// whose ends are other nodes): deleting the node would leave that entry naming it. The
+/// delete fails and deletes nothing, even for a caller that goes on and commits.
+#[test]
+fn a_cascade_over_adjacency_no_record_gives_fails_and_deletes_nothing() {
+    let (_dir, g) = open();
+    let (a, b, c, e1, e2) = g
+        .write(|w| {
+            let a = w.add_node("P", &none())?;
+            let b = w.add_node("P", &none())?;
+            let c = w.add_node("P", &none())?;
+            let e1 = w.add_edge(a, b, "T", &none())?;
+            let e2 = w.add_edge(c, a, "T", &none())?;
+            Ok((a, b, c, e1, e2))
+        })
+        .expect("write");
+    let (nodes, edges) = ([a, b, c], [e1, e2]);
+    // Under a: an outgoing entry naming edge 99, which has no record.
+    g.write(|w| {
+        let (key, value) = adjacency(a, "T", b, 99);
+        w.txn().open_multi_tree("g.out")?.add(key, value)?;
+        Ok(())
+    })
+    .expect("damage");
+    let before = seen(&g, &nodes, &edges);
+    let r = g.write(|w| w.delete_node(a, DeleteMode::Cascade));
+    assert!(matches!(r, Err(Error::Corrupt(_))), "{r:?}");
+    assert_eq!(seen(&g, &nodes, &edges), before);
+    g.write(|w| {
+        let r = w.delete_node(a, DeleteMode::Cascade);
+        assert!(matches!(r, Err(Error::Corrupt(_))), "{r:?}");
+        Ok(())
+    })
+    .expect("commit after the error");
+    assert_eq!(seen(&g, &nodes, &edges), before);
+
+    // Under c: an incoming entry naming edge e1, whose record joins a and b.
+    g.write(|w| {
+        let (key, value) = adjacency(a, "T", b, 99);
+        w.txn().open_multi_tree("g.out")?.remove(key, value)?;
+        let (key, value) = adjacency(c, "T", b, e1);
+        w.txn().open_multi_tree("g.in")?.add(key, value)?;
+        Ok(())
+    })
+    .expect("damage");
+    let before = seen(&g, &nodes, &edges);
+    g.write(|w| {
+        let r = w.delete_node(c, DeleteMode::Cascade);
+        assert!(matches!(r, Err(Error::Corrupt(_))), "{r:?}");
+        Ok(())
+    })
+    .expect("commit after the error");
+    assert_eq!(seen(&g, &nodes, &edges), before);
+
+    // Repaired, the cascade goes through.
+    g.write(|w| {
+        let (key, value) = adjacency(c, "T", b, e1);
+        w.txn().open_multi_tree("g.in")?.remove(key, value)?;
+        assert!(w.delete_node(c, DeleteMode::Cascade)?);
+        Ok(())
+    })
+    .expect("write");
+    assert_sound(&g);
+}
+
+/// Deleting an edge whose adjacency entry is missing fails, and the edge stays whole
+/// (record and the entry that was there) for a caller that goes on and commits.
+#[test]
+fn deleting_an_edge_whose_adjacency_entry_is_missing_fails_and_keeps_it() {
+    let (_dir, g) = open();
+    let (a, b, e) = g
+        .write(|w| {
+            let a = w.add_node("P", &none())?;
+            let b = w.add_node("P", &none())?;
+            let e = w.add_edge(a, b, "T", &none())?;
+            Ok((a, b, e))
+        })
+        .expect("write");
+    for tree in ["g.in", "g.out"] {
+        let (key, value) = if tree == "g.in" {
+            adjacency(b, "T", a, e)
+        } else {
+            adjacency(a, "T", b, e)
+        };
+        g.write(|w| {
+            assert!(w.txn().open_multi_tree(tree)?.remove(&key, &value)?);
+            Ok(())
+        })
+        .expect("damage");
+        let before = seen(&g, &[a, b], &[e]);
+        g.write(|w| {
+            let r = w.delete_edge(e);
+            assert!(matches!(r, Err(Error::Corrupt(_))), "{tree}: {r:?}");
+            Ok(())
+        })
+        .expect("commit after the error");
+        assert_eq!(seen(&g, &[a, b], &[e]), before, "{tree}");
+        g.write(|w| {
+            w.txn().open_multi_tree(tree)?.add(&key, &value)?;
+            Ok(())
+        })
+        .expect("repair");
+    }
+    assert!(g.write(|w| w.delete_edge(e)).expect("delete"));
+    assert_sound(&g);
+}
+
+/// A weighted search meets an adjacency entry whose edge has no record: damage, not an
+/// edge of weight 1. Values that are not numbers weigh 1.
+#[test]
+fn a_weighted_path_over_an_edge_without_a_record_fails() {
+    let (_dir, g) = open();
+    let n: Vec<u64> = g
+        .write(|w| {
+            let n = (0..3)
+                .map(|_| w.add_node("P", &none()))
+                .collect::<hrafn_graph::Result<Vec<u64>>>()?;
+            let wt = |v: Value| props(&[("w", v)]);
+            w.add_edge(n[0], n[1], "T", &wt(Value::Bool(true)))?;
+            w.add_edge(n[1], n[2], "T", &wt(Value::Null))?;
+            w.add_edge(n[0], n[2], "T", &wt(Value::Bytes(vec![9])))?;
+            w.add_edge(n[0], n[2], "T", &wt(Value::Float(2.5)))?;
+            Ok(n)
+        })
+        .expect("write");
+    let t = Traversal::default();
+    let got = g
+        .read(|r| r.shortest_path_weighted(n[0], n[2], "w", &t))
+        .expect("read");
+    assert_eq!(got, Some((vec![n[0], n[2]], 1.0)));
+    g.write(|w| {
+        let mut key = n[0].to_be_bytes().to_vec();
+        key.extend_from_slice(b"T");
+        let mut value = n[1].to_be_bytes().to_vec();
+        value.extend_from_slice(&99u64.to_be_bytes());
+        w.txn().open_multi_tree("g.out")?.add(key, value)?;
+        Ok(())
+    })
+    .expect("damage");
+    for depth in [None, Some(1)] {
+        let t = Traversal {
+            max_depth: depth,
+            ..Traversal::default()
+        };
+        let got = g.read(|r| r.shortest_path_weighted(n[0], n[2], "w", &t));
+        assert!(matches!(got, Err(Error::Corrupt(_))), "{depth:?}: {got:?}");
+    }
+}
+
+/// A depth limit of at least the number of nodes less one limits nothing, and answers
+/// as no limit does (`u32::MAX` as "no limit" costs no state per node and hop count).
+#[test]
+fn a_depth_limit_as_large_as_the_graph_answers_as_no_limit() {
+    // Two lightest paths to t, of 3 and 2 hops; no limit finds the first one.
+    let (_dir, g) = open();
+    let (a, b, c, d, t) = g
+        .write(|w| {
+            let n = (0..5)
+                .map(|_| w.add_node("P", &none()))
+                .collect::<hrafn_graph::Result<Vec<u64>>>()?;
+            let wt = |v: i64| props(&[("w", Value::Int(v))]);
+            w.add_edge(n[0], n[1], "T", &wt(0))?;
+            w.add_edge(n[1], n[2], "T", &wt(0))?;
+            w.add_edge(n[2], n[4], "T", &wt(2))?;
+            w.add_edge(n[0], n[3], "T", &wt(1))?;
+            w.add_edge(n[3], n[4], "T", &wt(1))?;
+            Ok((n[0], n[1], n[2], n[3], n[4]))
+        })
+        .expect("write");
+    let path = |depth: Option<u32>| {
+        let tr = Traversal {
+            max_depth: depth,
+            ..Traversal::default()
+        };
+        g.read(|r| r.shortest_path_weighted(a, t, "w", &tr))
+            .expect("read")
+    };
+    let unlimited = path(None);
+    assert_eq!(unlimited, Some((vec![a, b, c, t], 2.0)));
+    for depth in [4, 5, 1000, u32::MAX] {
+        assert_eq!(path(Some(depth)), unlimited, "depth {depth}");
+    }
+    assert_eq!(path(Some(2)), Some((vec![a, d, t], 2.0)));
+
+    // Every pair i < j joined with weight (j - i)²: the lightest path takes every node,
+    // so a limit one below the nodes less one finds a heavier path.
+    let (_dir, g) = open();
+    let count = 100u32;
+    let ids = g
+        .write(|w| {
+            let ids = (0..count)
+                .map(|_| w.add_node("P", &none()))
+                .collect::<hrafn_graph::Result<Vec<u64>>>()?;
+            for (i, &from) in ids.iter().enumerate() {
+                for (j, &to) in ids.iter().enumerate().skip(i + 1) {
+                    let step = (j - i) as i64;
+                    w.add_edge(from, to, "T", &props(&[("w", Value::Int(step * step))]))?;
+                }
+            }
+            Ok(ids)
+        })
+        .expect("write");
+    let (first, last) = (ids[0], ids[ids.len() - 1]);
+    let weight = |depth: Option<u32>| {
+        let tr = Traversal {
+            max_depth: depth,
+            ..Traversal::default()
+        };
+        g.read(|r| r.shortest_path_weighted(first, last, "w", &tr))
+            .expect("read")
+            .map(|(path, w)| (path.len(), w))
+    };
+    let hops = f64::from(count - 1);
+    assert_eq!(weight(None), Some((ids.len(), hops)));
+    for depth in [count - 1, count, u32::MAX] {
+        assert_eq!(
+            weight(Some(depth)),
+            Some((ids.len(), hops)),
+            "depth {depth}"
+        );
+    }
+    // One step of two instead of two of one: a node fewer, 2 heavier.
+    assert_eq!(weight(Some(count - 2)), Some((ids.len() - 1, hops + 2.0)));
+}
