@@ -17,6 +17,15 @@ fn value(key: u64, salt: u64, size: usize) -> Vec<u8> {
         .collect()
 }
 
+/// The page number of the first slotted fixed-size leaf in the bytes of a data file.
+fn slotted_leaf(data: &[u8]) -> usize {
+    use hrafn::limits::PAGE_SIZE_BYTES;
+    use hrafn::page::{OFFSET_KIND, PageKind};
+    (0..data.len() / PAGE_SIZE_BYTES)
+        .find(|&p| data[p * PAGE_SIZE_BYTES + OFFSET_KIND] == PageKind::FixedLeafSlotted as u8)
+        .expect("a slotted leaf in the data file")
+}
+
 fn assert_same(env: &Environment, name: &str, model: &Model, seed: u64) {
     let rtx = env.begin_read().expect("read");
     let t = rtx.open_fixed_tree(name).expect("open");
@@ -281,7 +290,7 @@ fn random_inserts_journal_slots_not_entries() {
 #[test]
 fn the_check_finds_a_slot_naming_no_live_entry() {
     use hrafn::limits::PAGE_SIZE_BYTES;
-    use hrafn::page::{self, PageKind};
+    use hrafn::page;
     let dir = tempfile::tempdir().expect("tempdir");
     {
         let env = Environment::open(dir.path(), Options::default()).expect("open");
@@ -301,11 +310,7 @@ fn the_check_finds_a_slot_naming_no_live_entry() {
     }
     let path = dir.path().join(hrafn::DATA_FILE);
     let mut data = std::fs::read(&path).expect("data file");
-    let leaf = (0..data.len() / PAGE_SIZE_BYTES)
-        .find(|&p| {
-            data[p * PAGE_SIZE_BYTES + page::OFFSET_KIND] == PageKind::FixedLeafSlotted as u8
-        })
-        .expect("a slotted leaf in the data file");
+    let leaf = slotted_leaf(&data);
     let bytes = &mut data[leaf * PAGE_SIZE_BYTES..(leaf + 1) * PAGE_SIZE_BYTES];
     assert_eq!(page::get_u16(bytes, page::OFFSET_ENTRY_COUNT), 49);
     let first_slot = PAGE_SIZE_BYTES - 2;
@@ -530,7 +535,7 @@ fn an_insert_that_meets_damage_fails_the_transaction() {
 #[test]
 fn a_split_of_a_leaf_with_damaged_slots_is_corruption() {
     use hrafn::limits::{PAGE_HEADER_SIZE_BYTES, PAGE_SIZE_BYTES};
-    use hrafn::page::{self, PageKind};
+    use hrafn::page;
     // What a slotted leaf of 16-byte values holds: key, value and a 2-byte slot each.
     let capacity = (PAGE_SIZE_BYTES - PAGE_HEADER_SIZE_BYTES) / (8 + 2 + 16);
     let dir = tempfile::tempdir().expect("tempdir");
@@ -548,11 +553,7 @@ fn a_split_of_a_leaf_with_damaged_slots_is_corruption() {
     }
     let path = dir.path().join(hrafn::DATA_FILE);
     let mut data = std::fs::read(&path).expect("data file");
-    let leaf = (0..data.len() / PAGE_SIZE_BYTES)
-        .find(|&p| {
-            data[p * PAGE_SIZE_BYTES + page::OFFSET_KIND] == PageKind::FixedLeafSlotted as u8
-        })
-        .expect("a slotted leaf in the data file");
+    let leaf = slotted_leaf(&data);
     let bytes = &mut data[leaf * PAGE_SIZE_BYTES..(leaf + 1) * PAGE_SIZE_BYTES];
     assert_eq!(
         usize::from(page::get_u16(bytes, page::OFFSET_ENTRY_COUNT)),
