@@ -129,11 +129,33 @@ fn in_place(dir: &Path) -> Result<CompactReport, Failure> {
         let _ = std::fs::remove_dir(&temp);
         return Err(fail(3, format!("creating {}: {e}", temp.display())));
     }
+    // The swap needs an atomic exchange: found out now, on two empty directories, not
+    // after the whole copy.
+    let probe = parent.join(format!("{name}.exchange-probe"));
+    let probed = std::fs::create_dir(&probe)
+        .map_err(|e| fail(3, format!("creating {}: {e}", probe.display())))
+        .and_then(|()| {
+            // Exchanged twice, so `temp` is the directory made above again.
+            exchange(&temp, &probe)
+                .and_then(|()| exchange(&temp, &probe))
+                .map_err(|e| exchange_failed(&dir, e))
+        });
+    let _ = std::fs::remove_dir(&probe);
+    if let Err(e) = probed {
+        let _ = std::fs::remove_dir(&temp);
+        return Err(e);
+    }
     let report = copy(&env, &temp);
-    drop(env);
-    let report = report.inspect_err(|_| {
-        let _ = std::fs::remove_dir(&temp); // left empty by a failed copy
-    })?;
+    // A close that fails (its last flush, say) may leave the environment's files in a state
+    // the next open must recover: nothing is swapped in then.
+    let closed = env
+        .close()
+        .map_err(|e| fail(3, format!("closing {}: {e}", dir.display())));
+    let report = report
+        .and_then(|report| closed.map(|()| report))
+        .inspect_err(|_| {
+            let _ = std::fs::remove_dir_all(&temp); // the copy, if any, is not used
+        })?;
     let left_as_it_was = |why: String| {
         let _ = std::fs::remove_dir_all(&temp);
         fail(3, format!("{}: {why}; it is left as it was", dir.display()))
@@ -288,28 +310,35 @@ fn files_written(dir: &Path) -> std::io::Result<Vec<(String, u64, std::time::Sys
 }
 
 /// Puts the copy at `temp` in place of `dir`, and the original at `temp`, in one atomic
-/// exchange. A file system without one is refused: two renames leave a moment with no
-/// directory at `dir`, where a crash, or another process's open (which would create an
-/// empty environment there), strands the data beside it.
+/// exchange. A file system without one is refused (checked before the copy): two renames
+/// leave a moment with no directory at `dir`, where a crash, or another process's open
+/// (which would create an empty environment there), strands the data beside it.
 fn swap(dir: &Path, temp: &Path) -> Result<(), Failure> {
+    exchange(temp, dir).map_err(|e| {
+        let _ = std::fs::remove_dir_all(temp);
+        exchange_failed(dir, e)
+    })
+}
+
+/// Exchanges the directories at `a` and `b` atomically.
+fn exchange(a: &Path, b: &Path) -> rustix::io::Result<()> {
     use rustix::fs::{CWD, RenameFlags, renameat_with};
+    renameat_with(CWD, a, CWD, b, RenameFlags::EXCHANGE)
+}
+
+/// The failure of an exchange for the in-place compaction of `dir`, which is left as it was.
+fn exchange_failed(dir: &Path, e: rustix::io::Errno) -> Failure {
     use rustix::io::Errno;
-    match renameat_with(CWD, temp, CWD, dir, RenameFlags::EXCHANGE) {
-        Ok(()) => Ok(()),
-        Err(e) => {
-            let _ = std::fs::remove_dir_all(temp);
-            let hint = if e == Errno::INVAL || e == Errno::NOSYS || e == Errno::OPNOTSUPP {
-                "this file system cannot exchange two directories atomically; compact into \
-                 another directory with --into, then move it in place while nothing has it open"
-            } else {
-                "exchanging the directories"
-            };
-            Err(fail(
-                3,
-                format!("{}: {hint}: {e}; it is left as it was", dir.display()),
-            ))
-        }
-    }
+    let hint = if e == Errno::INVAL || e == Errno::NOSYS || e == Errno::OPNOTSUPP {
+        "this file system cannot exchange two directories atomically; compact into another \
+         directory with --into, then move it in place while nothing has it open"
+    } else {
+        "exchanging the directories"
+    };
+    fail(
+        3,
+        format!("{}: {hint}: {e}; it is left as it was", dir.display()),
+    )
 }
 
 #[cfg(test)]

@@ -404,6 +404,13 @@ fn run(command: Command, out: &mut impl Write) -> Result<(), Failure> {
         Command::Compact { dir, into } => compact::compact(&dir, into.as_deref(), out),
         Command::Load { dir, merge } => {
             let open = || {
+                if !merge && dir.join(hrafn::DATA_FILE).exists() {
+                    // Looked at read-only first, so a refused load changes no file (a
+                    // writer's open may recover and rewrite headers).
+                    let existing = Environment::open_read_only(&dir, Options::default())
+                        .map_err(|e| opening_failed(&dir, e))?;
+                    refuse_trees(&dir, &existing)?;
+                }
                 let env = Environment::open(&dir, Options::default())
                     .map_err(|e| opening_failed(&dir, e))?;
                 if !merge {

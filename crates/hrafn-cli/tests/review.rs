@@ -323,20 +323,26 @@ fn writing_commands_on_an_environment_another_process_holds_fail_with_code_3() {
     let work = tempfile::tempdir().expect("tempdir");
     let db = work.path().join("db");
     let _held = small_env(&db, Options::default().incremental_backups(true));
-    let mut load = Command::new(env!("CARGO_BIN_EXE_hrafn"))
-        .args(["load", s(&db)])
-        .stdin(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run hrafn load");
-    {
-        use std::io::Write;
-        // A dump's first line: only then does `load` open the environment.
-        let mut stdin = load.stdin.take().expect("stdin");
-        stdin.write_all(b"hrafn-dump 1\n").expect("feed");
-    }
-    let load = load.wait_with_output().expect("load");
-    assert_fails(&load, 3, s(&db));
+    let load = |flags: &[&str]| {
+        let mut load = Command::new(env!("CARGO_BIN_EXE_hrafn"))
+            .args(["load", s(&db)])
+            .args(flags)
+            .stdin(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run hrafn load");
+        {
+            use std::io::Write;
+            // A dump's first line: only then does `load` open the environment.
+            let mut stdin = load.stdin.take().expect("stdin");
+            stdin.write_all(b"hrafn-dump 1\n").expect("feed");
+        }
+        load.wait_with_output().expect("load")
+    };
+    // Its trees are seen read-only first (a usage error); merging into it needs the
+    // writer, which another process is.
+    assert_fails(&load(&[]), 2, "--merge");
+    assert_fails(&load(&["--merge"]), 3, s(&db));
     assert_fails(&hrafn(&["compact", s(&db)]), 3, s(&db));
     let chain = work.path().join("chain");
     assert_fails(

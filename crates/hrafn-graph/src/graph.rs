@@ -632,9 +632,7 @@ impl<'env> GraphWriter<'_, 'env> {
     ///
     /// # Errors
     /// [`Error::NodeHasEdges`]; engine errors; [`Error::Corrupt`] when the adjacency
-    /// disagrees with the edge records (nothing is deleted when the node's own entries
-    /// disagree; one lacking at an edge's other end is met after earlier edges went, so
-    /// the transaction is to be dropped, as after any error in it).
+    /// disagrees with the edge records (nothing is deleted then).
     pub fn delete_node(&mut self, id: u64, mode: DeleteMode) -> Result<bool> {
         let Some(node) = self.node(id)? else {
             return Ok(false);
@@ -680,6 +678,27 @@ impl<'env> GraphWriter<'_, 'env> {
         }
         edges.sort_unstable_by_key(|e| e.id);
         edges.dedup_by_key(|e| e.id);
+        // Both entries of every edge, so that no edge is deleted when a later one would
+        // fail at its other end.
+        for edge in &edges {
+            for (tree, near, far) in [
+                (OUT, edge.source, edge.destination),
+                (IN, edge.destination, edge.source),
+            ] {
+                let key = adjacency_key(near, &edge.edge_type);
+                if !self
+                    .wtx
+                    .open_multi_tree(tree)?
+                    .contains(key, adjacency_value(far, edge.id))?
+                {
+                    return Err(Error::Corrupt(format!(
+                        "node {id}: edge {} ({} {} -> {}): {tree} lacks its entry under node \
+                         {near}",
+                        edge.id, edge.edge_type, edge.source, edge.destination
+                    )));
+                }
+            }
+        }
         for edge in &edges {
             self.remove_edge(edge)?;
         }

@@ -883,3 +883,37 @@ fn a_depth_limit_as_large_as_the_graph_answers_as_no_limit() {
     // One step of two instead of two of one: a node fewer, 2 heavier.
     assert_eq!(weight(Some(count - 2)), Some((ids.len() - 1, hops + 2.0)));
 }
+
+/// A node whose own entries agree with the records, but one of whose edges lacks its entry
+/// at the other end: the cascade fails before deleting any edge, also for a caller that
+/// goes on and commits (an earlier edge is not deleted while a later one fails).
+#[test]
+fn a_cascade_over_an_edge_lacking_its_far_entry_deletes_nothing() {
+    let (_dir, g) = open();
+    let (a, b, c, e1, e2) = g
+        .write(|w| {
+            let a = w.add_node("P", &none())?;
+            let b = w.add_node("P", &none())?;
+            let c = w.add_node("P", &none())?;
+            let e1 = w.add_edge(a, b, "T", &none())?;
+            let e2 = w.add_edge(a, c, "T", &none())?;
+            Ok((a, b, c, e1, e2))
+        })
+        .expect("write");
+    let (nodes, edges) = ([a, b, c], [e1, e2]);
+    // e2's entry under c, its far end, goes missing; e1 (the lower id) is whole.
+    g.write(|w| {
+        let (key, value) = adjacency(c, "T", a, e2);
+        assert!(w.txn().open_multi_tree("g.in")?.remove(key, value)?);
+        Ok(())
+    })
+    .expect("damage");
+    let before = seen(&g, &nodes, &edges);
+    g.write(|w| {
+        let r = w.delete_node(a, DeleteMode::Cascade);
+        assert!(matches!(r, Err(Error::Corrupt(_))), "{r:?}");
+        Ok(())
+    })
+    .expect("commit after the error");
+    assert_eq!(seen(&g, &nodes, &edges), before, "no edge was deleted");
+}

@@ -642,9 +642,10 @@ fn free_record_page<S: PageStore>(
 }
 
 /// Frees every record page and overflow run of the table rooted at `table_root` (its
-/// trees are the caller's). Each page is checked to be one of the table's records first:
-/// a damaged page list, or a run's damaged length, would otherwise free pages that other
-/// trees still use.
+/// trees are the caller's). Each page is checked to be one of the table's records just
+/// before it is freed: a damaged page list, or a run's damaged length, would otherwise free
+/// pages that other trees still use. An error leaves earlier pages freed, so every caller
+/// must fail its transaction on one (as deleting a tree does).
 ///
 /// # Errors
 /// Corruption.
