@@ -3,8 +3,8 @@
 //!
 //! In place, the copy is written into a sibling directory `<name>.compacting` while the
 //! original is held open for writing (so no other writer can change it meanwhile); then,
-//! with the writer's lock taken again (and the original's files and newest transaction
-//! unchanged since it was closed), the two directories are exchanged in one atomic rename,
+//! with the writer's lock taken again (and the original's newest transaction unchanged
+//! since it was closed), the two directories are exchanged in one atomic rename,
 //! and the original is removed. A file system without that exchange is refused. Since the
 //! whole directory is replaced, one that holds no environment, holds other entries, or is
 //! a mount point is refused before anything is written.
@@ -160,10 +160,6 @@ fn in_place(dir: &Path) -> Result<CompactReport, Failure> {
         let _ = std::fs::remove_dir_all(&temp);
         fail(3, format!("{}: {why}; it is left as it was", dir.display()))
     };
-    // What the original looks like once closed: between this close and the lock below,
-    // another writer could commit; the copy would not hold its transactions.
-    let closed = files_written(&dir).map_err(|e| left_as_it_was(format!("listing it: {e}")))?;
-
     // Keep writers out until the copy is in place.
     let lock = match FileStorage::existing(&dir).and_then(|storage| storage.lock()) {
         Ok(lock) => lock,
@@ -174,19 +170,8 @@ fn in_place(dir: &Path) -> Result<CompactReport, Failure> {
         }
         Err(e) => return Err(left_as_it_was(format!("locking it: {e}"))),
     };
-    match files_written(&dir) {
-        Ok(now) if now == closed => {}
-        Ok(_) => {
-            return Err(left_as_it_was(
-                "another process wrote to it as compaction ended, so the copy lacks its \
-                 transactions; compact again"
-                    .into(),
-            ));
-        }
-        Err(e) => return Err(left_as_it_was(format!("listing it: {e}"))),
-    }
-    // File stats can miss a commit that kept every length within one timestamp tick, and
-    // were taken after the close: the newest transaction, read under the lock, cannot.
+    // Between the close and the lock another writer could have committed, and the copy
+    // would not hold that: the newest transaction, read under the lock, shows it.
     match newest_txn_id(&dir) {
         Ok(newest) if newest == report.txn_id => {}
         Ok(newest) => {
@@ -279,34 +264,6 @@ fn refuse_foreign_entries(dir: &Path) -> Result<(), Failure> {
             foreign.join(", ")
         ),
     ))
-}
-
-/// Every file a writer writes in `dir` (the data file, the headers, the journals), with
-/// its length and modification time: a commit changes one of them. `LOCK` and scratch
-/// files are left out: readers write those without changing any data.
-fn files_written(dir: &Path) -> std::io::Result<Vec<(String, u64, std::time::SystemTime)>> {
-    let mut files = Vec::new();
-    for sub in ["", "journal"] {
-        let listing = match std::fs::read_dir(dir.join(sub)) {
-            Ok(listing) => listing,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !sub.is_empty() => continue,
-            Err(e) => return Err(e),
-        };
-        for entry in listing {
-            let entry = entry?;
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let metadata = entry.metadata()?;
-            if metadata.is_file() && name != "LOCK" {
-                files.push((
-                    format!("{sub}/{name}"),
-                    metadata.len(),
-                    metadata.modified()?,
-                ));
-            }
-        }
-    }
-    files.sort();
-    Ok(files)
 }
 
 /// Puts the copy at `temp` in place of `dir`, and the original at `temp`, in one atomic

@@ -411,12 +411,8 @@ fn run(command: Command, out: &mut impl Write) -> Result<(), Failure> {
                         .map_err(|e| opening_failed(&dir, e))?;
                     refuse_trees(&dir, &existing)?;
                 }
-                let env = Environment::open(&dir, Options::default())
-                    .map_err(|e| opening_failed(&dir, e))?;
-                if !merge {
-                    refuse_trees(&dir, &env)?;
-                }
-                Ok(env)
+                // Without a data file the open makes a new, empty environment.
+                Environment::open(&dir, Options::default()).map_err(|e| opening_failed(&dir, e))
             };
             let stdin = std::io::stdin();
             // A bar by bytes when the dump comes from a file (its size is known).
